@@ -1,0 +1,141 @@
+"""The `cdc` command: validate the config table and run the steps of one table."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from cdc_pipeline.config import load_table_configs
+from cdc_pipeline.intervals import parse_timestamp
+
+STEPS = {
+    # command: (module, argument kind)
+    "stage": ("spark_jobs.stage", "interval"),
+    "overwrite-final": ("spark_jobs.overwrite_final", "interval"),
+    "run": ("", "interval"),
+    "optimize": ("spark_jobs.optimize", "table"),
+    "vacuum": ("spark_jobs.vacuum", "vacuum"),
+    "reset-staging": ("spark_jobs.reset_staging", "table"),
+}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser of `cdc` and its commands."""
+    from spark_jobs.common import add_step_arguments
+
+    parser = argparse.ArgumentParser(prog="cdc", description="CDC into Delta Lake tables with Spark.")
+    parser.add_argument("--config", type=Path, default=None, help="config table (default: $CDC_CONFIG or config/tables.yaml)")
+    commands = parser.add_subparsers(dest="command", required=True)
+    validate = commands.add_parser("validate", help="check every row of the config table")
+    validate.add_argument("--config", type=Path, default=argparse.SUPPRESS)
+    helps = {
+        "stage": "change sets of [start, end) into staging",
+        "overwrite-final": "rewrite the final partitions the interval's changes touch",
+        "run": "stage + overwrite-final",
+        "optimize": "compact small files, Z-order by zorder_by",
+        "vacuum": "delete files older than the retention that no version needs",
+        "reset-staging": "staging := final + remembered deletes",
+    }
+    for command, (_, kind) in STEPS.items():
+        add_step_arguments(commands.add_parser(command, help=helps[command]), kind)  # type: ignore[arg-type]
+    demo = commands.add_parser("demo", help="generate sample change sets and apply them")
+    demo.add_argument("--config", type=Path, default=argparse.SUPPRESS)
+    demo.add_argument("--start", default="2024-01-01T00:00:00Z", help="first hour of the sample data")
+    demo.add_argument("--hours", type=int, default=6, help="hours of sample data (one run each)")
+    demo.add_argument("--keys", type=int, default=2000, help="order lines loaded in the first hour")
+    return parser
+
+
+def validate(config: Path | None) -> int:
+    """Print one line per problem of the config table; exit 1 when there is any."""
+    result = load_table_configs(config)
+    for problem in result.problems:
+        print(problem)
+    if result.problems:
+        print(f"{len(result.problems)} problem(s); {len(result.tables)} valid table(s)", file=sys.stderr)
+        return 1
+    print(f"ok: {len(result.tables)} table(s): {', '.join(sorted(result.tables))}")
+    return 0
+
+
+def run_both(args) -> int:  # type: ignore[no-untyped-def]
+    """`cdc run`: stage then overwrite-final in one Spark session, one summary line."""
+    from spark_jobs.common import StepContext, StepReport, execute
+    from spark_jobs.overwrite_final import run_overwrite_final
+    from spark_jobs.stage import run_stage
+
+    def body(context: StepContext, step_args) -> StepReport:  # type: ignore[no-untyped-def]
+        interval = step_args.interval()
+        staged = run_stage(context, interval)
+        applied = run_overwrite_final(context, interval)
+        counts = {k: staged.counts[k] for k in ("files", "new_files", "rows_read", "staged", "quarantined")}
+        counts.update(applied.counts)
+        counts["staging_version"] = staged.counts.get("staging_version")
+        return StepReport("run", context.table.name, str(interval), counts)
+
+    return execute(args, "run", body)
+
+
+def run_demo_command(namespace: argparse.Namespace) -> int:
+    """`cdc demo`."""
+    from cdc_pipeline.errors import CdcError
+    from spark_jobs.common import one_line
+    from spark_jobs.demo import run_demo
+    from spark_jobs.session import build_spark_session
+
+    configs = load_table_configs(namespace.config)
+    try:
+        start = parse_timestamp(namespace.start)
+        spark = build_spark_session("cdc-demo")
+        for line in run_demo(spark, configs, start, namespace.hours, namespace.keys):
+            print(line, flush=True)
+    except CdcError as error:
+        print(f"error: demo: {one_line(error)}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of `cdc`."""
+    parser = build_parser()
+    namespace = parser.parse_args(argv)
+    if namespace.command == "validate":
+        code = validate(namespace.config)
+    elif namespace.command == "demo":
+        code = run_demo_command(namespace)
+    else:
+        import importlib
+
+        from spark_jobs.common import execute, step_args_from
+
+        args = step_args_from(namespace)
+        if namespace.command == "run":
+            code = run_both(args)
+        else:
+            module = importlib.import_module(STEPS[namespace.command][0])
+            body = getattr(module, namespace.command.replace("-", "_") + "_step")
+            code = execute(args, namespace.command, body, needs_spark=namespace.command != "vacuum")
+    return code
+
+
+def console_main() -> None:
+    """Console script: exit with main's code without running interpreter teardown twice.
+
+    Stopping Spark first and then leaving with os._exit keeps the exit status equal to what
+    the step committed (a native library once aborted at interpreter exit after a conflict).
+    """
+    code = main()
+    try:
+        from pyspark.sql import SparkSession
+
+        active = SparkSession.getActiveSession()
+        if active is not None:
+            active.stop()
+    except Exception:  # a failed stop must not turn a success into a failure
+        pass
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)

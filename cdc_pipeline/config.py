@@ -1,0 +1,307 @@
+"""The config table: one typed, validated row per source table (no Spark, no Airflow)."""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from cdc_pipeline.errors import ConfigError
+
+NAME_PATTERN = r"^[a-z][a-z0-9_]*$"
+COLUMN_PATTERN = r"^[A-Za-z][A-Za-z0-9_]*$"
+TECHNICAL_PREFIX = "_cdc_"
+
+# Spark SQL types a column may declare. Nested types are not supported: change rows are flat.
+_SIMPLE_TYPES = {
+    "boolean",
+    "tinyint",
+    "byte",
+    "smallint",
+    "short",
+    "int",
+    "integer",
+    "bigint",
+    "long",
+    "float",
+    "double",
+    "string",
+    "date",
+    "timestamp",
+    "timestamp_ntz",
+    "binary",
+}
+_PARAM_TYPES = re.compile(r"^(decimal|numeric)\(\s*\d+\s*(,\s*\d+\s*)?\)$|^(varchar|char)\(\s*\d+\s*\)$")
+SPARK_TYPES_HELP = "a Spark SQL type such as bigint, int, string, double, decimal(10,2), date, timestamp"
+
+
+def is_spark_sql_type(text: str) -> bool:
+    """True when `text` names a flat Spark SQL type this project can cast change values to."""
+    normalized = text.strip().lower()
+    return normalized in _SIMPLE_TYPES or bool(_PARAM_TYPES.match(normalized))
+
+
+class TableConfig(BaseModel):
+    """One row of the config table: how one source table's changes become a Delta table."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name: str = Field(pattern=NAME_PATTERN, description="Table name; the DAG id is cdc_<name>.")
+    file_format: Literal["parquet", "csv", "json"] = Field(
+        default="parquet", description="Format of the landed change files (json = JSON lines)."
+    )
+    columns: dict[str, str] | None = Field(
+        default=None,
+        description="Column name -> Spark SQL type. Optional for parquet (the files carry a schema).",
+    )
+    keys: list[str] = Field(min_length=1, description="Record key columns (composite allowed).")
+    sequence_by: list[str] = Field(
+        min_length=1, description="Columns ordering the changes of a key; later ones break ties."
+    )
+    partition_expression: str | None = Field(
+        default=None, description="Spark SQL expression giving the final table's partition value."
+    )
+    partition_column: str | None = Field(
+        default=None, description="Name of the partition column, required with partition_expression."
+    )
+    insert_only: bool = Field(
+        default=False, description="Append each (key, sequence) once; never update or delete."
+    )
+    flag_column: str = Field(default="FLAG", description="Column holding the change flag I, U or D.")
+    zorder_by: list[str] = Field(default_factory=list, description="Columns OPTIMIZE Z-orders by.")
+    schedule: str = Field(default="@hourly", description="Cron or preset of the table's DAG.")
+    optimize_schedule: str | None = Field(
+        default="@daily", description="When OPTIMIZE runs (cron or preset); null never."
+    )
+    vacuum_schedule: str | None = Field(
+        default="@weekly", description="When VACUUM runs (cron or preset); null never."
+    )
+    reset_staging_schedule: str | None = Field(
+        default="@weekly", description="When staging is reset to final + tombstones; null never."
+    )
+    vacuum_retention_hours: int = Field(
+        default=168, ge=0, description="Files no version younger than this needs are deleted."
+    )
+    spark_conn_id: str = Field(
+        default="spark_default", description="Airflow connection the Spark tasks submit through."
+    )
+    description: str | None = Field(default=None, description="Free text shown in the DAG docs.")
+
+    @field_validator("keys", "sequence_by", "zorder_by")
+    @classmethod
+    def _no_duplicates(cls, value: list[str]) -> list[str]:
+        duplicates = sorted({v for v in value if value.count(v) > 1})
+        if duplicates:
+            raise ValueError(f"lists {', '.join(duplicates)} more than once")
+        return value
+
+    @field_validator("columns")
+    @classmethod
+    def _columns_are_typed(cls, value: dict[str, str] | None) -> dict[str, str] | None:
+        if value is None:
+            return value
+        if not value:
+            raise ValueError("must name at least one column")
+        problems = []
+        for column, spark_type in value.items():
+            if not re.match(COLUMN_PATTERN, column):
+                problems.append(f"column name {column!r} must match {COLUMN_PATTERN}")
+            elif column.lower().startswith(TECHNICAL_PREFIX):
+                problems.append(f"column name {column!r} uses the reserved prefix {TECHNICAL_PREFIX}")
+            if not isinstance(spark_type, str) or not is_spark_sql_type(spark_type):
+                problems.append(f"type {spark_type!r} of {column} is not {SPARK_TYPES_HELP}")
+        if problems:
+            raise ValueError("; ".join(problems))
+        return {column: spark_type.strip().lower() for column, spark_type in value.items()}
+
+    @model_validator(mode="after")
+    def _fields_agree(self) -> TableConfig:
+        problems: list[str] = []
+        if self.columns is None and self.file_format != "parquet":
+            problems.append(f"columns: required for file_format {self.file_format} (only parquet carries a schema)")
+        declared = set(self.columns or {})
+        for field_name in ("keys", "sequence_by", "zorder_by"):
+            for column in getattr(self, field_name):
+                if self.columns is not None and column not in declared:
+                    problems.append(f"{field_name}: {column!r} is not a declared column")
+        if self.columns is not None and self.flag_column in declared:
+            problems.append(f"flag_column: {self.flag_column!r} must not also be a declared column")
+        overlap = sorted(set(self.keys) & set(self.sequence_by))
+        if overlap:
+            problems.append(f"sequence_by: {', '.join(overlap)} already in keys")
+        if (self.partition_expression is None) != (self.partition_column is None):
+            problems.append(
+                "partition_column: partition_expression and partition_column go together (set both or neither)"
+            )
+        if self.partition_column is not None:
+            if not re.match(COLUMN_PATTERN, self.partition_column):
+                problems.append(f"partition_column: {self.partition_column!r} must match {COLUMN_PATTERN}")
+            if self.partition_column in declared:
+                problems.append(f"partition_column: {self.partition_column!r} clashes with a declared column")
+            if self.partition_column in self.zorder_by:
+                problems.append("zorder_by: cannot include the partition column")
+        if self.partition_expression is not None and not self.partition_expression.strip():
+            problems.append("partition_expression: must not be empty")
+        for field_name in ("schedule", "optimize_schedule", "vacuum_schedule", "reset_staging_schedule"):
+            value = getattr(self, field_name)
+            if value is not None and not is_schedule(value):
+                problems.append(f"{field_name}: {value!r} is not a cron expression or a preset like @hourly")
+        if problems:
+            raise ValueError(" | ".join(problems))
+        return self
+
+    @property
+    def dag_id(self) -> str:
+        """The Airflow DAG id of this table."""
+        return f"cdc_{self.name}"
+
+    @property
+    def data_columns(self) -> list[str] | None:
+        """Declared columns in declaration order, or None when the files give the schema."""
+        return list(self.columns) if self.columns is not None else None
+
+
+_PRESETS = {"@once", "@hourly", "@daily", "@weekly", "@monthly", "@yearly", "@annually", "@midnight"}
+_CRON_FIELD = re.compile(r"^[0-9A-Za-z*/,\-?LW#]+$")
+
+
+def is_schedule(value: str) -> bool:
+    """True for an Airflow preset or a five-field cron expression."""
+    text = value.strip()
+    if text in _PRESETS:
+        return True
+    parts = text.split()
+    return len(parts) == 5 and all(_CRON_FIELD.match(p) for p in parts)
+
+
+@dataclass(frozen=True)
+class ConfigProblem:
+    """One validation problem of one config row: which table, which field, what is expected."""
+
+    table: str
+    field: str
+    message: str
+
+    def __str__(self) -> str:
+        return f"table {self.table}: {self.field}: {self.message}"
+
+
+@dataclass
+class ConfigLoadResult:
+    """The valid table rows and the problems of the invalid ones; one bad row hides no other."""
+
+    tables: dict[str, TableConfig] = field(default_factory=dict)
+    problems: list[ConfigProblem] = field(default_factory=list)
+
+    def table(self, name: str) -> TableConfig:
+        """The valid row called `name`, or a ConfigError explaining why there is none."""
+        if name in self.tables:
+            return self.tables[name]
+        mine = [str(p) for p in self.problems if p.table == name]
+        if mine:
+            raise ConfigError("; ".join(mine))
+        known = ", ".join(sorted(self.tables)) or "none"
+        raise ConfigError(f"table {name}: not in the config table (valid tables: {known})")
+
+
+def default_config_path() -> Path:
+    """`CDC_CONFIG`, else config/tables.yaml under the project root."""
+    env = os.environ.get("CDC_CONFIG")
+    return Path(env) if env else project_root() / "config" / "tables.yaml"
+
+
+def project_root() -> Path:
+    """The repository root (the folder holding config/ and dags/)."""
+    return Path(__file__).resolve().parent.parent
+
+
+def _problems_from_validation(table: str, error: ValidationError) -> list[ConfigProblem]:
+    problems = []
+    for item in error.errors():
+        location = ".".join(str(part) for part in item["loc"]) or "(row)"
+        message = item["msg"]
+        if item["type"] == "extra_forbidden":
+            message = "unknown field (misspelt?)"
+        elif item["type"] == "missing":
+            message = "required field is missing"
+        message = message.removeprefix("Value error, ")
+        if location == "(row)" and " | " in message:
+            # The cross-field check joins its findings; give each its own line.
+            for part in message.split(" | "):
+                field_name, _, text = part.partition(": ")
+                problems.append(ConfigProblem(table, field_name, text))
+            continue
+        if location == "(row)" and ": " in message:
+            field_name, _, message = message.partition(": ")
+            location = field_name
+        problems.append(ConfigProblem(table, location, message))
+    return problems
+
+
+def parse_config(document: Any, source: str = "config") -> ConfigLoadResult:
+    """Validate a parsed YAML document (defaults + tables) into table rows and problems."""
+    result = ConfigLoadResult()
+    if not isinstance(document, Mapping):
+        result.problems.append(ConfigProblem("*", "(file)", f"{source} must be a mapping with a 'tables' list"))
+        return result
+    unknown = sorted(set(document) - {"defaults", "tables"})
+    for key in unknown:
+        result.problems.append(ConfigProblem("*", key, "unknown top-level key (expected defaults, tables)"))
+    defaults = document.get("defaults") or {}
+    if not isinstance(defaults, Mapping):
+        result.problems.append(ConfigProblem("*", "defaults", "must be a mapping of table fields"))
+        defaults = {}
+    else:
+        for key in sorted(set(defaults) - set(TableConfig.model_fields)):
+            result.problems.append(ConfigProblem("*", f"defaults.{key}", "unknown field (misspelt?)"))
+        defaults = {k: v for k, v in defaults.items() if k in TableConfig.model_fields}
+    rows = document.get("tables")
+    if not isinstance(rows, list):
+        result.problems.append(ConfigProblem("*", "tables", "must be a list of table rows"))
+        return result
+    seen: set[str] = set()
+    for index, row in enumerate(rows):
+        if not isinstance(row, Mapping):
+            result.problems.append(ConfigProblem(f"#{index + 1}", "(row)", "must be a mapping of fields"))
+            continue
+        label = str(row.get("name") or f"#{index + 1}")
+        merged = {**defaults, **row}
+        try:
+            table = TableConfig.model_validate(merged)
+        except ValidationError as error:
+            result.problems.extend(_problems_from_validation(label, error))
+            continue
+        if table.name in seen:
+            result.problems.append(ConfigProblem(label, "name", "appears more than once in the config table"))
+            result.tables.pop(table.name, None)
+            continue
+        seen.add(table.name)
+        result.tables[table.name] = table
+    return result
+
+
+def load_table_configs(path: Path | str | None = None) -> ConfigLoadResult:
+    """Read and validate the config table file; unreadable YAML is one problem, not an exception."""
+    config_path = Path(path) if path is not None else default_config_path()
+    try:
+        text = config_path.read_text()
+    except OSError as error:
+        return ConfigLoadResult(problems=[ConfigProblem("*", "(file)", f"cannot read {config_path}: {error.strerror}")])
+    try:
+        document = yaml.safe_load(text)
+    except yaml.YAMLError as error:
+        mark = getattr(error, "problem_mark", None)
+        where = f" at line {mark.line + 1}" if mark is not None else ""
+        return ConfigLoadResult(problems=[ConfigProblem("*", "(file)", f"{config_path} is not valid YAML{where}")])
+    return parse_config(document, str(config_path))
+
+
+def table_names(result: ConfigLoadResult) -> Iterable[str]:
+    """Names of the valid tables, sorted."""
+    return sorted(result.tables)

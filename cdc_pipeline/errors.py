@@ -1,0 +1,21 @@
+"""Errors with a one-line message meant for the person running the command."""
+
+
+class CdcError(Exception):
+    """Base of every error the `cdc` command reports as one line with a non-zero exit."""
+
+
+class ConfigError(CdcError):
+    """A config row (or the config file) is not valid; the message names table and field."""
+
+
+class InputError(CdcError):
+    """Landed change files cannot be read as the config row declares."""
+
+
+class ConcurrentWriteError(CdcError):
+    """Other writers kept committing to the same Delta table; running the step again fixes it."""
+
+
+class UsageError(CdcError):
+    """A command line argument is not valid."""

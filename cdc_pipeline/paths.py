@@ -1,0 +1,68 @@
+"""Where a table's landing files and Delta tables live."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from cdc_pipeline.config import project_root
+
+
+def landing_root() -> Path:
+    """`CDC_LANDING`, else landing/ under the project root."""
+    return Path(os.environ.get("CDC_LANDING") or project_root() / "landing").resolve()
+
+
+def warehouse_root() -> Path:
+    """`CDC_WAREHOUSE`, else warehouse/ under the project root."""
+    return Path(os.environ.get("CDC_WAREHOUSE") or project_root() / "warehouse").resolve()
+
+
+@dataclass(frozen=True)
+class TablePaths:
+    """The folders of one table: its landing zone and its Delta tables."""
+
+    name: str
+    landing_base: Path
+    warehouse_base: Path
+
+    @classmethod
+    def for_table(cls, name: str, landing: Path | None = None, warehouse: Path | None = None) -> TablePaths:
+        """Paths under the given roots, or the environment's defaults."""
+        return cls(name, Path(landing or landing_root()), Path(warehouse or warehouse_root()))
+
+    @property
+    def landing(self) -> Path:
+        """{landing}/{table}: holds dt=YYYY-MM-DD/hr=HH folders of change files."""
+        return self.landing_base / self.name
+
+    @property
+    def table_root(self) -> Path:
+        """{warehouse}/{table}."""
+        return self.warehouse_base / self.name
+
+    @property
+    def final(self) -> Path:
+        """The current state: latest change per key, deletes removed."""
+        return self.table_root / "final"
+
+    @property
+    def staging(self) -> Path:
+        """Every change not yet compacted away."""
+        return self.table_root / "staging"
+
+    @property
+    def quarantine(self) -> Path:
+        """Rows that cannot be applied, with `_cdc_reason`."""
+        return self.table_root / "quarantine"
+
+    @property
+    def tombstones(self) -> Path:
+        """The latest delete of every deleted key, so older changes never bring it back."""
+        return self.table_root / "tombstones"
+
+    @property
+    def ledger(self) -> Path:
+        """One row per staged landing file, so re-staging adds nothing."""
+        return self.table_root / "ledger"

@@ -1,0 +1,130 @@
+"""What every step shares: typed arguments, the step context, the summary line, the entry wrapper."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import traceback
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from cdc_pipeline.config import TableConfig, load_table_configs
+from cdc_pipeline.errors import CdcError, ConfigError, UsageError
+from cdc_pipeline.intervals import Interval
+from cdc_pipeline.paths import TablePaths
+
+ArgumentKind = Literal["interval", "table", "vacuum"]
+
+
+@dataclass(frozen=True)
+class StepArgs:
+    """Arguments of one step run: the table, the interval (when the step has one), the config."""
+
+    table: str
+    config: Path | None = None
+    start: str | None = None
+    end: str | None = None
+    retention_hours: int | None = None
+    force: bool = False
+
+    def interval(self) -> Interval:
+        """The data interval [start, end)."""
+        if self.start is None or self.end is None:
+            raise UsageError("--start and --end are required")
+        return Interval.parse(self.start, self.end)
+
+
+def add_step_arguments(parser: argparse.ArgumentParser, kind: ArgumentKind) -> None:
+    """The arguments of a step of `kind` (shared by `cdc` and the spark-submit entries)."""
+    parser.add_argument("table", help="table name (a row of the config table)")
+    parser.add_argument("--config", type=Path, default=argparse.SUPPRESS, help="config table file")
+    if kind == "interval":
+        parser.add_argument("--start", required=True, help="interval start, ISO 8601 (inclusive)")
+        parser.add_argument("--end", required=True, help="interval end, ISO 8601 (exclusive)")
+    if kind == "vacuum":
+        parser.add_argument("--retention-hours", type=int, default=None, help="default: the row's")
+        parser.add_argument("--force", action="store_true", help="allow a retention below 168 h")
+
+
+def step_args_from(namespace: argparse.Namespace) -> StepArgs:
+    """StepArgs from parsed arguments."""
+    return StepArgs(
+        table=namespace.table,
+        config=getattr(namespace, "config", None),
+        start=getattr(namespace, "start", None),
+        end=getattr(namespace, "end", None),
+        retention_hours=getattr(namespace, "retention_hours", None),
+        force=getattr(namespace, "force", False),
+    )
+
+
+@dataclass(frozen=True)
+class StepContext:
+    """A configured table, where its data lives, and the Spark session to process it."""
+
+    spark: Any  # SparkSession; None for steps that need no Spark (vacuum)
+    table: TableConfig
+    paths: TablePaths
+
+
+@dataclass
+class StepReport:
+    """What a step did, printed as one summary line: `step table interval: key=value ...`."""
+
+    step: str
+    table: str
+    interval: str = ""
+    counts: dict[str, Any] = field(default_factory=dict)
+
+    def line(self) -> str:
+        """The one-line summary."""
+        where = f" {self.interval}" if self.interval else ""
+        values = " ".join(f"{k}={v}" for k, v in self.counts.items())
+        return f"{self.step} {self.table}{where}: {values}".rstrip()
+
+
+def one_line(error: BaseException) -> str:
+    """An error as one line: its message's first line, prefixed by its kind for non-CDC errors."""
+    text = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+    if isinstance(error, CdcError):
+        return text
+    return f"{type(error).__name__}: {text}"
+
+
+StepBody = Callable[[StepContext, StepArgs], StepReport]
+
+
+def execute(args: StepArgs, prog: str, body: StepBody, needs_spark: bool = True) -> int:
+    """Run a step body: config, Spark, summary line; one line on stderr and non-zero on failure."""
+    try:
+        table = load_table_configs(args.config).table(args.table)
+        if args.start is not None:
+            args.interval()  # a bad timestamp fails before a JVM starts
+        spark = None
+        if needs_spark:
+            from spark_jobs.session import build_spark_session
+
+            spark = build_spark_session(f"cdc-{prog}-{args.table}")
+        report = body(StepContext(spark, table, TablePaths.for_table(table.name)), args)
+    except (ConfigError, UsageError) as error:
+        print(f"error: {prog}: {one_line(error)}", file=sys.stderr, flush=True)
+        return 2
+    except Exception as error:
+        if not isinstance(error, CdcError):
+            traceback.print_exc(file=sys.stderr)
+        print(f"error: {prog} {args.table}: {one_line(error)}", file=sys.stderr, flush=True)
+        return 1
+    print(report.line(), flush=True)
+    return 0
+
+
+def run_step(
+    argv: Sequence[str] | None, prog: str, kind: ArgumentKind, body: StepBody, needs_spark: bool = True
+) -> int:
+    """spark-submit entry: parse `argv` (default sys.argv) and execute the step."""
+    parser = argparse.ArgumentParser(prog=prog)
+    add_step_arguments(parser, kind)
+    namespace = parser.parse_args(list(sys.argv[1:] if argv is None else argv))
+    return execute(step_args_from(namespace), prog, body, needs_spark)

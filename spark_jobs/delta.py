@@ -1,0 +1,350 @@
+"""The Delta adapter: Spark writes Parquet files, delta-rs commits them; snapshot reads for Spark.
+
+Spark cannot load a Delta connector here, so the transaction log is delta-rs's: a step reads one
+snapshot (the files of one table version), lets Spark compute and write new Parquet files, and
+then commits add (and, by partition filter, remove) actions in one atomic delta-rs commit made
+from that same snapshot, so delta-rs sees the concurrent commits it must check against.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import time
+import uuid
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, date, datetime
+from pathlib import Path
+from typing import Any
+from urllib.parse import unquote
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+from deltalake import CommitProperties, DeltaTable, Schema
+from deltalake.exceptions import CommitFailedError, TableNotFoundError
+from deltalake.transaction import AddAction
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql.types import StringType, StructField, StructType
+
+TMP_DIR = "_cdc_tmp"
+RUN_ID_KEY = "cdc_run_id"
+STEP_KEY = "cdc_step"
+FILE_NAME_COLUMN = "_cdc_file_name"
+# Operations that rearrange files without changing what a table holds.
+_NON_DATA_OPERATIONS = {"OPTIMIZE", "VACUUM START", "VACUUM END", "CREATE TABLE", "SET TBLPROPERTIES"}
+
+
+def new_run_id() -> str:
+    """A unique id for one attempt of one step; also names the files it writes."""
+    return f"{datetime.now(UTC):%Y%m%dT%H%M%S}-{uuid.uuid4().hex[:12]}"
+
+
+def inject_fault(point: str) -> None:
+    """Kill this process with SIGKILL at `point` when CDC_FAULT names it (crash tests only)."""
+    if os.environ.get("CDC_FAULT") == point:
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+@dataclass(frozen=True)
+class DataFile:
+    """One file of a snapshot: path relative to the table root, partition values, row count."""
+
+    path: str
+    size: int
+    partition_values: dict[str, Any]
+    num_records: int | None
+
+    @property
+    def name(self) -> str:
+        """The file's base name, unique within the table for files written by this project."""
+        return self.path.rsplit("/", 1)[-1]
+
+
+@dataclass
+class Snapshot:
+    """One version of a Delta table, held open so a commit can be made from exactly it."""
+
+    path: Path
+    table: DeltaTable | None
+    version: int
+    schema: StructType | None
+    partition_columns: list[str]
+    files: list[DataFile] = field(default_factory=list)
+
+    @property
+    def exists(self) -> bool:
+        """False while no table has been created at the path."""
+        return self.table is not None
+
+    @property
+    def num_records(self) -> int:
+        """Rows in this version, from the log's statistics (no data read)."""
+        return sum(f.num_records or 0 for f in self.files)
+
+    def files_in(self, partitions: Iterable[Any] | None) -> list[DataFile]:
+        """Files of the given values of the (single) partition column; all files for None."""
+        if partitions is None:
+            return list(self.files)
+        wanted = set(partitions)
+        column = self.partition_columns[0]
+        return [f for f in self.files if f.partition_values.get(column) in wanted]
+
+    def partition_values(self) -> set[Any]:
+        """Distinct values of the partition column in this version."""
+        if not self.partition_columns:
+            return set()
+        column = self.partition_columns[0]
+        return {f.partition_values.get(column) for f in self.files}
+
+
+def spark_schema_of(table: DeltaTable) -> StructType:
+    """The table's schema as a Spark StructType (Delta's schema JSON is Spark's)."""
+    return StructType.fromJson(json.loads(table.schema().to_json()))
+
+
+def load_snapshot(path: Path) -> Snapshot:
+    """The latest version of the table at `path`, or an empty Snapshot when there is none."""
+    try:
+        table = DeltaTable(str(path))
+    except TableNotFoundError:
+        return Snapshot(path, None, -1, None, [])
+    partition_columns = list(table.metadata().partition_columns)
+    actions = pa.table(table.get_add_actions(flatten=True)).to_pylist()
+    files = [
+        DataFile(
+            path=unquote(row["path"]),
+            size=int(row["size_bytes"]),
+            partition_values={c: row.get(f"partition.{c}") for c in partition_columns},
+            num_records=row.get("num_records"),
+        )
+        for row in actions
+    ]
+    return Snapshot(path, table, table.version(), spark_schema_of(table), partition_columns, files)
+
+
+def ensure_table(path: Path, schema: StructType, partition_by: Sequence[str]) -> None:
+    """Create an empty Delta table at `path` unless one exists (safe when two runs race)."""
+    try:
+        DeltaTable(str(path))
+        return
+    except TableNotFoundError:
+        pass
+    path.mkdir(parents=True, exist_ok=True)
+    delta_schema = Schema.from_json(schema.json())
+    try:
+        DeltaTable.create(str(path), delta_schema, mode="ignore", partition_by=list(partition_by) or None)
+    except (CommitFailedError, OSError):
+        # Another run created it in the meantime: that table is as good as ours.
+        DeltaTable(str(path))
+
+
+def read_snapshot(
+    spark: SparkSession,
+    snapshot: Snapshot,
+    partitions: Iterable[Any] | None = None,
+    columns: Sequence[str] | None = None,
+    with_file_name: bool = False,
+) -> DataFrame:
+    """The snapshot's rows (optionally only some partitions and columns) with partition values.
+
+    Delta data files do not hold partition values; they come from the log, joined on each
+    row's file name (a small broadcast map of metadata, not row data).
+    """
+    if snapshot.schema is None:
+        raise ValueError(f"no Delta table at {snapshot.path}")
+    schema = snapshot.schema
+    wanted = list(columns) if columns is not None else [f.name for f in schema.fields]
+    files = snapshot.files_in(partitions)
+    out_fields = [schema[c] for c in wanted]
+    if with_file_name:
+        out_fields.append(StructField(FILE_NAME_COLUMN, StringType(), True))
+    if not files:
+        return spark.createDataFrame([], StructType(out_fields))
+    if snapshot.partition_columns and len({f.name for f in files}) != len(files):
+        # Partition values are joined on the file name, which must therefore be unique.
+        raise RuntimeError(f"{snapshot.path}: two data files share a base name; cannot restore partitions")
+    data_fields = [f for f in schema.fields if f.name not in snapshot.partition_columns]
+    paths = [str(snapshot.path / f.path) for f in files]
+    df = spark.read.schema(StructType(data_fields)).parquet(*paths)
+    needs_partition = [c for c in snapshot.partition_columns if c in wanted]
+    if needs_partition or with_file_name:
+        df = df.withColumn(FILE_NAME_COLUMN, F.col("_metadata.file_name"))
+    if needs_partition:
+        map_schema = StructType([StructField(FILE_NAME_COLUMN, StringType(), False)])
+        for column in needs_partition:
+            map_schema.add(schema[column])
+        rows = [(f.name, *[f.partition_values[c] for c in needs_partition]) for f in files]
+        mapping = spark.createDataFrame(rows, map_schema)
+        df = df.join(F.broadcast(mapping), on=FILE_NAME_COLUMN, how="inner")
+    select = [F.col(c) for c in wanted]
+    if with_file_name:
+        select.append(F.col(FILE_NAME_COLUMN))
+    return df.select(*select)
+
+
+def partition_value_string(value: Any) -> str | None:
+    """A partition value as the Delta log stores it."""
+    if value is None:
+        return None
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, datetime):
+        return value.strftime("%Y-%m-%d %H:%M:%S.%f")
+    if isinstance(value, date):
+        return value.isoformat()
+    return str(value)
+
+
+@dataclass(frozen=True)
+class WrittenFiles:
+    """Files one attempt wrote into a table folder, ready to commit (or to delete)."""
+
+    table_path: Path
+    actions: list[AddAction]
+
+    @property
+    def rows(self) -> int:
+        """Rows in the written files, from their Parquet footers."""
+        return sum(json.loads(a.stats)["numRecords"] for a in self.actions)
+
+    @property
+    def partitions(self) -> set[tuple[tuple[str, str | None], ...]]:
+        """Distinct partition value tuples of the written files."""
+        return {tuple(sorted(a.partition_values.items())) for a in self.actions}
+
+    def delete(self) -> None:
+        """Remove the files (after a failed commit): they were never visible to readers."""
+        for action in self.actions:
+            (self.table_path / unquote(action.path)).unlink(missing_ok=True)
+
+
+def write_files(
+    df: DataFrame,
+    table_path: Path,
+    partition_by: Sequence[str],
+    run_id: str,
+    sort_within: Sequence[str] = (),
+) -> WrittenFiles:
+    """Write `df` as Parquet into the table folder (not yet committed) and describe the files.
+
+    Spark writes into a private temporary folder; the files are then renamed into the table's
+    partition folders under names carrying the run id, so a file name is unique in the table.
+    """
+    tmp = table_path / TMP_DIR / run_id
+    writer_df = df.sortWithinPartitions(*sort_within) if sort_within else df
+    writer = writer_df.write.mode("overwrite").option("compression", "snappy")
+    if partition_by:
+        writer = writer.partitionBy(*partition_by)
+    writer.parquet(str(tmp))
+    actions: list[AddAction] = []
+    counter = 0
+    for source in sorted(tmp.rglob("*.parquet")):
+        relative_dir = source.parent.relative_to(tmp)
+        if any(part.startswith(".") or (part.startswith("_") and "=" not in part) for part in relative_dir.parts):
+            continue  # Spark's own bookkeeping, not data
+        rows = pq.read_metadata(source).num_rows
+        if rows == 0:
+            source.unlink()
+            continue
+        counter += 1
+        relative = relative_dir / f"part-{counter:05d}-{run_id}.snappy.parquet"
+        target = table_path / relative
+        target.parent.mkdir(parents=True, exist_ok=True)
+        os.replace(source, target)
+        values: dict[str, str | None] = {}
+        for part in relative_dir.parts:
+            key, _, raw = part.partition("=")
+            value = unquote(raw)
+            values[key] = None if value == "__HIVE_DEFAULT_PARTITION__" else value
+        stat = target.stat()
+        actions.append(
+            AddAction(
+                path=relative.as_posix(),
+                size=stat.st_size,
+                partition_values=values,
+                modification_time=int(stat.st_mtime * 1000),
+                data_change=True,
+                stats=json.dumps({"numRecords": rows}),
+            )
+        )
+    shutil.rmtree(tmp, ignore_errors=True)
+    return WrittenFiles(table_path, actions)
+
+
+@dataclass(frozen=True)
+class CommitResult:
+    """The version a commit produced and whether other data commits slipped in before it."""
+
+    version: int
+    interfering_versions: list[int]
+
+
+def commit(
+    snapshot: Snapshot,
+    written: WrittenFiles,
+    mode: str,
+    step: str,
+    run_id: str,
+    partition_filters: list[tuple[str, str, Any]] | None = None,
+) -> CommitResult:
+    """Commit the written files from `snapshot`'s version in one atomic delta-rs commit.
+
+    mode "append" adds the files; mode "overwrite" also removes every file of the snapshot
+    that matches `partition_filters` (all files when None). Raises CommitFailedError when a
+    concurrent commit conflicts; the caller deletes its files and retries from a new snapshot.
+    """
+    if snapshot.table is None or snapshot.schema is None:
+        raise ValueError(f"no Delta table at {snapshot.path}")
+    snapshot.table.create_write_transaction(
+        written.actions,
+        mode=mode,
+        schema=Schema.from_json(snapshot.schema.json()),
+        partition_by=snapshot.partition_columns or None,
+        partition_filters=partition_filters,
+        commit_properties=CommitProperties(custom_metadata={RUN_ID_KEY: run_id, STEP_KEY: step}),
+    )
+    return find_commit(snapshot.path, snapshot.version, run_id)
+
+
+def find_commit(path: Path, read_version: int, run_id: str) -> CommitResult:
+    """Locate our commit after `read_version` and list data commits made between the two."""
+    table = DeltaTable(str(path))
+    latest = table.version()
+    history = table.history(limit=max(1, latest - read_version))
+    ours: int | None = None
+    between: list[int] = []
+    for entry in sorted(history, key=lambda e: int(e.get("version", -1))):
+        version = int(entry.get("version", -1))
+        if version <= read_version:
+            continue
+        if entry.get(RUN_ID_KEY) == run_id:
+            ours = version
+            break
+        if entry.get("operation") not in _NON_DATA_OPERATIONS:
+            between.append(version)
+    if ours is None:
+        raise RuntimeError(f"commit of run {run_id} not found in the log of {path}")
+    return CommitResult(ours, between)
+
+
+def retry_delay(attempt: int) -> float:
+    """Back-off before attempt `attempt` (1-based) of a step that lost a commit race."""
+    return min(8.0, 0.25 * 2 ** (attempt - 1)) * (0.5 + (uuid.uuid4().int % 1000) / 1000)
+
+
+def sleep_before_retry(attempt: int) -> None:
+    """Sleep the back-off of `attempt`."""
+    time.sleep(retry_delay(attempt))
+
+
+def arrow_table_rows(path: Path, columns: list[str] | None = None) -> list[dict[str, Any]]:
+    """Rows of a small metadata table (the ledger) read by delta-rs on the driver."""
+    try:
+        table = DeltaTable(str(path))
+    except TableNotFoundError:
+        return []
+    return pa.table(table.to_pyarrow_table(columns=columns)).to_pylist()

@@ -1,0 +1,88 @@
+"""Step `optimize`: compact small files and Z-order final, only in partitions with several files."""
+
+from __future__ import annotations
+
+import sys
+from collections import Counter
+from collections.abc import Sequence
+from pathlib import Path
+
+from deltalake.exceptions import CommitFailedError
+
+from cdc_pipeline.errors import ConcurrentWriteError
+from spark_jobs import delta
+from spark_jobs.common import StepArgs, StepContext, StepReport, run_step
+
+MAX_ATTEMPTS = 6
+
+
+def partitions_needing_optimize(snapshot: delta.Snapshot) -> list[str | None] | None:
+    """Partition values (as log strings) holding more than one file; None: unpartitioned table."""
+    if not snapshot.partition_columns:
+        return None
+    column = snapshot.partition_columns[0]
+    counts = Counter(delta.partition_value_string(f.partition_values.get(column)) for f in snapshot.files)
+    return sorted((value for value, n in counts.items() if n > 1), key=lambda v: (v is None, v or ""))
+
+
+def optimize_table(path: Path, zorder_by: Sequence[str] = ()) -> tuple[int, int, int]:
+    """Bin-pack (and Z-order) a table where it has several files: (files before, after, partitions)."""
+    for attempt in range(1, MAX_ATTEMPTS + 1):
+        snapshot = delta.load_snapshot(path)
+        if snapshot.table is None:
+            return 0, 0, 0
+        before = len(snapshot.files)
+        needy = partitions_needing_optimize(snapshot)
+        if (needy is None and before <= 1) or needy == []:
+            return before, before, 0
+        filters = None
+        if needy is not None:
+            filters = [(snapshot.partition_columns[0], "in", [v for v in needy if v is not None])]
+        try:
+            if zorder_by:
+                snapshot.table.optimize.z_order(list(zorder_by), partition_filters=filters)
+            else:
+                snapshot.table.optimize.compact(partition_filters=filters)
+        except CommitFailedError:
+            delta.sleep_before_retry(attempt)
+            continue
+        after = len(delta.load_snapshot(path).files)
+        return before, after, len(needy) if needy is not None else 1
+    raise ConcurrentWriteError(f"{path}: optimize kept conflicting with other writers; run it again")
+
+
+def checkpoint(path: Path) -> None:
+    """Write a checkpoint so readers need not replay every commit."""
+    snapshot = delta.load_snapshot(path)
+    if snapshot.table is not None:
+        snapshot.table.create_checkpoint()
+
+
+def run_optimize(context: StepContext) -> StepReport:
+    """Optimize final (Z-ordered by zorder_by), then compact staging, quarantine and tombstones."""
+    table, paths = context.table, context.paths
+    report = StepReport("optimize", table.name)
+    before, after, partitions = optimize_table(paths.final, table.zorder_by)
+    report.counts.update(final_files_before=before, final_files_after=after, partitions_optimized=partitions)
+    for name, path in (("staging", paths.staging), ("quarantine", paths.quarantine),
+                       ("tombstones", paths.tombstones)):
+        before, after, _ = optimize_table(path)
+        report.counts[f"{name}_files"] = f"{before}->{after}"
+    for path in (paths.final, paths.staging):
+        checkpoint(path)
+    report.counts["final_version"] = delta.load_snapshot(paths.final).version
+    return report
+
+
+def optimize_step(context: StepContext, args: StepArgs) -> StepReport:
+    """`cdc optimize` body."""
+    return run_optimize(context)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """spark-submit entry: optimize TABLE."""
+    return run_step(argv, "optimize", "table", optimize_step)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,302 @@
+"""Step `overwrite-final`: apply the interval's staged changes by rewriting only touched partitions.
+
+The final table already holds the winner of every earlier change and the tombstones table the
+latest delete of every deleted key, so ranking the interval's changes against the final rows and
+tombstones of the same keys gives the answer ranking all of staging would, at a cost that follows
+the change set. The touched partitions are those of the new rows plus those that hold the keys
+now (a key that moves, or is deleted by a key-only D, leaves its old partition). They are
+replaced in one delta-rs commit made from the snapshot that was read.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from deltalake.exceptions import CommitFailedError
+from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
+from pyspark.sql.types import StructType
+
+from cdc_pipeline.config import TableConfig
+from cdc_pipeline.errors import ConcurrentWriteError
+from cdc_pipeline.intervals import Interval
+from spark_jobs import delta
+from spark_jobs.common import StepArgs, StepContext, StepReport, run_step
+from spark_jobs.transforms import (
+    ARRIVAL,
+    FLAG,
+    latest_arrival_per_key_and_sequence,
+    latest_change_per_key,
+)
+
+MAX_ATTEMPTS = 10
+
+
+def final_schema(staging_schema: StructType) -> StructType:
+    """Final's columns: staging's without the flag (data, partition and arrival columns)."""
+    return StructType([f for f in staging_schema.fields if f.name != FLAG])
+
+
+def tombstone_schema(staging_schema: StructType, table: TableConfig) -> StructType:
+    """Tombstones' columns: key, sequence and arrival of a delete."""
+    names = [*table.keys, *table.sequence_by, *ARRIVAL]
+    return StructType([staging_schema[n] for n in names])
+
+
+@dataclass
+class Plan:
+    """What one attempt will write: the touched partitions and the rows replacing them."""
+
+    touched: set[Any] | None  # None: the table is unpartitioned and rewritten whole
+    rows: DataFrame
+    new_tombstones: DataFrame
+
+
+def partitions_holding_keys(
+    context: StepContext, final: delta.Snapshot, keys_df: DataFrame
+) -> set[Any]:
+    """Partition values of the final files holding any of the keys (reads key columns only)."""
+    table = context.table
+    if not final.files or table.partition_column is None:
+        return set()
+    located = delta.read_snapshot(context.spark, final, columns=table.keys, with_file_name=True)
+    names = (
+        located.join(F.broadcast(keys_df), on=list(table.keys), how="left_semi")
+        .select(delta.FILE_NAME_COLUMN)
+        .distinct()
+        .collect()  # metadata: names of the files holding touched keys
+    )
+    by_name = {f.name: f.partition_values[table.partition_column] for f in final.files}
+    return {by_name[row[0]] for row in names}
+
+
+def _as_changes(frame: DataFrame, columns: Sequence[str], flag: str) -> DataFrame:
+    """Rows of final or tombstones shaped like staged changes, flagged `flag`."""
+    present = set(frame.columns)
+    return frame.select(
+        *[F.col(c) if c in present else F.lit(None).alias(c) for c in columns if c != FLAG],
+        F.lit(flag).alias(FLAG),
+    ).select(*columns)
+
+
+def plan_rewrite(
+    context: StepContext,
+    changes: DataFrame,
+    keys_df: DataFrame,
+    final: delta.Snapshot,
+    tombstones: delta.Snapshot,
+) -> Plan:
+    """Rank the changes against the current rows and tombstones of their keys."""
+    spark, table = context.spark, context.table
+    keys = list(table.keys)
+    change_columns = changes.columns
+    if table.partition_column is not None:
+        column = table.partition_column
+        new_partitions = {
+            row[0] for row in changes.filter(F.col(FLAG) != "D").select(column).distinct().collect()
+        }  # metadata: partition values
+        touched: set[Any] | None = new_partitions | partitions_holding_keys(context, final, keys_df)
+        final_rows = delta.read_snapshot(spark, final, partitions=touched)
+    else:
+        touched = None
+        final_rows = delta.read_snapshot(spark, final)
+    current = final_rows.join(keys_df, on=keys, how="left_semi")
+    remembered = delta.read_snapshot(spark, tombstones).join(F.broadcast(keys_df), on=keys, how="left_semi")
+    candidates = (
+        changes.select(*change_columns)
+        .unionByName(_as_changes(current, change_columns, "U"))
+        .unionByName(_as_changes(remembered, change_columns, "D"))
+    )
+    winners = latest_change_per_key(candidates, keys, table.sequence_by)
+    untouched_keys = final_rows.join(keys_df, on=keys, how="left_anti")
+    output_columns = [c for c in change_columns if c != FLAG]
+    rows = untouched_keys.select(*output_columns).unionByName(
+        winners.filter(F.col(FLAG) != "D").select(*output_columns)
+    )
+    tombstone_columns = [*keys, *table.sequence_by, *ARRIVAL]
+    new_tombstones = (
+        winners.filter(F.col(FLAG) == "D")
+        .select(*tombstone_columns)
+        .join(remembered.select(*tombstone_columns), on=tombstone_columns, how="left_anti")
+    )
+    return Plan(touched, rows, new_tombstones)
+
+
+def _partition_filters(table: TableConfig, touched: set[Any] | None) -> list[tuple[str, str, Any]] | None:
+    if touched is None or table.partition_column is None:
+        return None
+    values = sorted(v for v in (delta.partition_value_string(t) for t in touched) if v is not None)
+    return [(table.partition_column, "in", values)]
+
+
+def _append_tombstones(context: StepContext, tombstones_path: Any, frame: DataFrame) -> int:
+    """Commit the new tombstones (before final, so a delete is never applied unremembered)."""
+    for attempt in range(1, MAX_ATTEMPTS + 1):
+        snapshot = delta.load_snapshot(tombstones_path)
+        run_id = delta.new_run_id()
+        written = delta.write_files(frame, tombstones_path, [], run_id)
+        if not written.actions:
+            return 0
+        try:
+            delta.commit(snapshot, written, "append", "tombstones", run_id)
+        except CommitFailedError:
+            written.delete()
+            delta.sleep_before_retry(attempt)
+            continue
+        return written.rows
+    raise ConcurrentWriteError(f"table {context.table.name}: could not append tombstones; run the step again")
+
+
+def apply_changes(context: StepContext, changes: DataFrame, report: StepReport) -> None:
+    """Upsert/delete path: rewrite the touched partitions of final, retrying on conflicts."""
+    table, paths = context.table, context.paths
+    staging_schema = changes.schema
+    partition_by = [table.partition_column] if table.partition_column else []
+    delta.ensure_table(paths.final, final_schema(staging_schema), partition_by)
+    delta.ensure_table(paths.tombstones, tombstone_schema(staging_schema, table), [])
+    keys_df = changes.select(*table.keys).distinct().persist()
+    report.counts["keys"] = keys_df.count()
+    tombstones_added = 0
+    try:
+        for attempt in range(1, MAX_ATTEMPTS + 1):
+            final = delta.load_snapshot(paths.final)
+            tombstones = delta.load_snapshot(paths.tombstones)  # after final: see the run order
+            plan = plan_rewrite(context, changes, keys_df, final, tombstones)
+            tombstones_added += _append_tombstones(context, paths.tombstones, plan.new_tombstones)
+            if plan.touched is not None and not plan.touched:
+                report.counts.update(partitions_rewritten=0, rows_written=0, final_version=final.version)
+                break
+            run_id = delta.new_run_id()
+            written = delta.write_files(plan.rows, paths.final, partition_by, run_id, table.zorder_by)
+            delta.inject_fault("overwrite_final:before_commit")
+            try:
+                result = delta.commit(
+                    final, written, "overwrite", "overwrite_final", run_id, _partition_filters(table, plan.touched)
+                )
+            except CommitFailedError:
+                written.delete()
+                delta.sleep_before_retry(attempt)
+                continue
+            delta.inject_fault("overwrite_final:after_commit")
+            report.counts.update(
+                partitions_rewritten=len(plan.touched) if plan.touched is not None else 1,
+                rows_written=written.rows,
+                final_version=result.version,
+            )
+            if result.interfering_versions:
+                # Another writer committed between our read and our commit without a conflict
+                # delta-rs could see (for instance both created new partitions): recompute.
+                delta.sleep_before_retry(attempt)
+                continue
+            break
+        else:
+            raise ConcurrentWriteError(
+                f"table {table.name}: other runs kept committing to final ({MAX_ATTEMPTS} attempts); "
+                "nothing was lost, run the step again"
+            )
+    finally:
+        keys_df.unpersist()
+    report.counts.update(tombstones_added=tombstones_added, attempts=attempt)
+
+
+def append_inserts(context: StepContext, changes: DataFrame, report: StepReport) -> None:
+    """Insert-only path: append each (key, sequence) not yet in final; never rewrite old files."""
+    table, paths, spark = context.table, context.paths, context.spark
+    partition_by = [table.partition_column] if table.partition_column else []
+    delta.ensure_table(paths.final, final_schema(changes.schema), partition_by)
+    identity = [*table.keys, *table.sequence_by]
+    fresh_candidates = latest_arrival_per_key_and_sequence(changes, table.keys, table.sequence_by).drop(FLAG)
+    partitions = (
+        {row[0] for row in changes.select(table.partition_column).distinct().collect()}  # metadata
+        if table.partition_column
+        else None
+    )
+    for attempt in range(1, MAX_ATTEMPTS + 1):
+        final = delta.load_snapshot(paths.final)
+        existing = delta.read_snapshot(spark, final, partitions=partitions, columns=identity)
+        fresh = fresh_candidates.join(existing, on=identity, how="left_anti")
+        run_id = delta.new_run_id()
+        written = delta.write_files(fresh, paths.final, partition_by, run_id, table.zorder_by)
+        report.counts.update(rows_written=written.rows, partitions_rewritten=0, final_version=final.version)
+        if not written.actions:
+            break
+        delta.inject_fault("overwrite_final:before_commit")
+        try:
+            result = delta.commit(final, written, "append", "append_inserts", run_id)
+        except CommitFailedError:
+            written.delete()
+            delta.sleep_before_retry(attempt)
+            continue
+        report.counts["final_version"] = result.version
+        if result.interfering_versions:
+            # A concurrent append may hold the same events: remove duplicates where they can be.
+            report.counts["final_version"] = remove_duplicate_events(context, partitions)
+        break
+    report.counts["attempts"] = attempt
+
+
+def remove_duplicate_events(context: StepContext, partitions: set[Any] | None) -> int:
+    """Rewrite the given partitions of an insert-only final with one row per (key, sequence)."""
+    table, paths, spark = context.table, context.paths, context.spark
+    identity = [*table.keys, *table.sequence_by]
+    partition_by = [table.partition_column] if table.partition_column else []
+    for attempt in range(1, MAX_ATTEMPTS + 1):
+        final = delta.load_snapshot(paths.final)
+        rows = delta.read_snapshot(spark, final, partitions=partitions)
+        duplicates = rows.groupBy(*identity).count().filter(F.col("count") > 1).limit(1).count()
+        if duplicates == 0:
+            return final.version
+        deduplicated = latest_arrival_per_key_and_sequence(rows, table.keys, table.sequence_by)
+        run_id = delta.new_run_id()
+        written = delta.write_files(deduplicated, paths.final, partition_by, run_id, table.zorder_by)
+        try:
+            result = delta.commit(
+                final, written, "overwrite", "deduplicate", run_id, _partition_filters(table, partitions)
+            )
+        except CommitFailedError:
+            written.delete()
+            delta.sleep_before_retry(attempt)
+            continue
+        if not result.interfering_versions:
+            return result.version
+    raise ConcurrentWriteError(f"table {table.name}: could not remove duplicate events; run the step again")
+
+
+def run_overwrite_final(context: StepContext, interval: Interval) -> StepReport:
+    """Apply the staged changes of the interval's hours to the final table."""
+    table, paths = context.table, context.paths
+    report = StepReport("overwrite-final", table.name, str(interval))
+    staging = delta.load_snapshot(paths.staging)
+    batches = interval.batch_ids()
+    if not staging.exists or not staging.files_in(batches):
+        final = delta.load_snapshot(paths.final)
+        report.counts.update(changes=0, keys=0, partitions_rewritten=0, rows_written=0,
+                             final_version=final.version)
+        return report
+    changes = delta.read_snapshot(context.spark, staging, partitions=batches).persist()
+    try:
+        report.counts["changes"] = changes.count()
+        if table.insert_only:
+            append_inserts(context, changes, report)
+        else:
+            apply_changes(context, changes, report)
+    finally:
+        changes.unpersist()
+    return report
+
+
+def overwrite_final_step(context: StepContext, args: StepArgs) -> StepReport:
+    """`cdc overwrite-final` body."""
+    return run_overwrite_final(context, args.interval())
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """spark-submit entry: overwrite_final TABLE --start TS --end TS."""
+    return run_step(argv, "overwrite-final", "interval", overwrite_final_step)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

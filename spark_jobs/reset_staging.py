@@ -1,0 +1,86 @@
+"""Step `reset-staging`: staging := final + tombstones (plus changes not applied yet), atomically.
+
+Staging is replaced by the latest change per key over staging, final and tombstones: once every
+staged interval is applied that is exactly final plus the remembered deletes; a change staged
+but not yet applied that still wins is kept, so a later overwrite-final of its interval applies
+it. A file appended while the reset runs is not in the snapshot it replaces and survives it.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Sequence
+
+from deltalake.exceptions import CommitFailedError
+from pyspark.sql import DataFrame
+
+from cdc_pipeline.errors import ConcurrentWriteError
+from spark_jobs import delta
+from spark_jobs.common import StepArgs, StepContext, StepReport, run_step
+from spark_jobs.overwrite_final import MAX_ATTEMPTS, _as_changes
+from spark_jobs.transforms import BATCH, latest_arrival_per_key_and_sequence, latest_change_per_key
+
+
+def compacted_staging(context: StepContext, staging: delta.Snapshot) -> DataFrame:
+    """What staging holds after the reset."""
+    spark, table, paths = context.spark, context.table, context.paths
+    staged = delta.read_snapshot(spark, staging)
+    columns = staged.columns
+    final = delta.load_snapshot(paths.final)
+    current = delta.read_snapshot(spark, final) if final.exists else None
+    if table.insert_only:
+        # Events are never replaced: keep only staged events final does not hold yet.
+        pending = latest_arrival_per_key_and_sequence(staged, table.keys, table.sequence_by)
+        if current is None:
+            return pending
+        identity = [*table.keys, *table.sequence_by]
+        return pending.join(current.select(*identity), on=identity, how="left_anti")
+    candidates = staged
+    if current is not None:
+        candidates = candidates.unionByName(_as_changes(current, columns, "U"))
+    tombstones = delta.load_snapshot(paths.tombstones)
+    if tombstones.exists:
+        candidates = candidates.unionByName(_as_changes(delta.read_snapshot(spark, tombstones), columns, "D"))
+    return latest_change_per_key(candidates, table.keys, table.sequence_by).select(*columns)
+
+
+def run_reset_staging(context: StepContext) -> StepReport:
+    """Replace staging by its compacted form in one overwrite commit."""
+    paths = context.paths
+    report = StepReport("reset-staging", context.table.name)
+    for attempt in range(1, MAX_ATTEMPTS + 1):
+        staging = delta.load_snapshot(paths.staging)
+        if not staging.exists:
+            report.counts.update(rows_before=0, rows_after=0, staging_version=-1)
+            return report
+        rows = compacted_staging(context, staging)
+        run_id = delta.new_run_id()
+        written = delta.write_files(rows, paths.staging, [BATCH], run_id)
+        delta.inject_fault("reset_staging:before_commit")
+        try:
+            result = delta.commit(staging, written, "overwrite", "reset_staging", run_id)
+        except CommitFailedError:
+            written.delete()
+            delta.sleep_before_retry(attempt)
+            continue
+        report.counts.update(
+            rows_before=staging.num_records,
+            rows_after=written.rows,
+            staging_version=result.version,
+        )
+        return report
+    raise ConcurrentWriteError(f"table {context.table.name}: reset-staging kept conflicting; run it again")
+
+
+def reset_staging_step(context: StepContext, args: StepArgs) -> StepReport:
+    """`cdc reset-staging` body."""
+    return run_reset_staging(context)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """spark-submit entry: reset_staging TABLE."""
+    return run_step(argv, "reset-staging", "table", reset_staging_step)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,312 @@
+"""Step `stage`: the interval's landed change files into the staging table (bad rows to quarantine)."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pyarrow as pa
+from deltalake import write_deltalake
+from deltalake.exceptions import CommitFailedError
+from pyspark.sql import DataFrame, SparkSession, Window
+from pyspark.sql import functions as F
+from pyspark.sql.types import StringType, StructField, StructType
+from pyspark.errors import AnalysisException
+
+from cdc_pipeline.config import TableConfig
+from cdc_pipeline.errors import ConfigError, InputError
+from cdc_pipeline.intervals import Interval
+from cdc_pipeline.paths import TablePaths
+from spark_jobs import delta
+from spark_jobs.common import StepArgs, StepContext, StepReport, run_step
+from spark_jobs.transforms import (
+    ARRIVAL,
+    BATCH,
+    CORRUPT,
+    FILE,
+    FLAG,
+    RAW,
+    REASON,
+    ROW,
+    good_changes,
+    quarantined_changes,
+    type_changes,
+)
+
+EXTENSIONS = {"parquet": (".parquet",), "csv": (".csv",), "json": (".json", ".jsonl", ".ndjson")}
+MAX_COMMIT_ATTEMPTS = 8
+LEDGER_SCHEMA = pa.schema(
+    [
+        ("batch", pa.string()),
+        ("file", pa.string()),
+        ("rows_staged", pa.int64()),
+        ("rows_quarantined", pa.int64()),
+        ("staged_at", pa.timestamp("us", tz="UTC")),
+        ("run_id", pa.string()),
+    ]
+)
+
+
+@dataclass(frozen=True)
+class LandingFile:
+    """One landed change file of one hour folder."""
+
+    batch: str
+    path: Path
+
+    @property
+    def name(self) -> str:
+        """File name within its hour folder (the `_cdc_file` of its rows)."""
+        return self.path.name
+
+    @property
+    def ident(self) -> tuple[str, str]:
+        """(batch, file name): how staging, quarantine and the ledger name a file."""
+        return (self.batch, self.path.name)
+
+
+def list_landing_files(paths: TablePaths, interval: Interval, file_format: str) -> list[LandingFile]:
+    """Every change file in the hour folders of the interval, in arrival order."""
+    found = []
+    for hour in interval.hours():
+        folder = paths.landing / hour.folder
+        if not folder.is_dir():
+            continue
+        for entry in sorted(folder.iterdir()):
+            if entry.name.startswith((".", "_")) or not entry.is_file():
+                continue
+            if entry.name.lower().endswith(EXTENSIONS[file_format]):
+                found.append(LandingFile(hour.batch_id, entry))
+    return found
+
+
+def _with_arrival(df: DataFrame, row_position: str) -> DataFrame:
+    """Add `_cdc_batch` (from the dt=/hr= folder), `_cdc_file` and `_cdc_row` to a file scan."""
+    path = F.col("_metadata.file_path")
+    pattern = r"dt=(\d{4}-\d{2}-\d{2})/hr=(\d{2})/[^/]*$"
+    batch = F.concat(F.regexp_extract(path, pattern, 1), F.lit("T"), F.regexp_extract(path, pattern, 2))
+    if row_position == "row_index":
+        return df.select("*", batch.alias(BATCH), F.col("_metadata.file_name").alias(FILE),
+                         F.col("_metadata.row_index").alias(ROW))
+    # Text formats have no row index: order each file's rows by split offset, then by the
+    # scan's increasing id (increasing within a split), and number them.
+    scanned = df.select(
+        "*",
+        batch.alias(BATCH),
+        F.col("_metadata.file_name").alias(FILE),
+        path.alias("__path"),
+        F.col("_metadata.file_block_start").alias("__block"),
+        F.monotonically_increasing_id().alias("__scan_id"),
+    )
+    window = Window.partitionBy("__path").orderBy("__block", "__scan_id")
+    return scanned.withColumn(ROW, F.row_number().over(window) - 1).drop("__path", "__block", "__scan_id")
+
+
+def _csv_header(path: Path) -> tuple[str, ...]:
+    """Column names from a CSV file's first line (metadata read on the driver)."""
+    with path.open("r", encoding="utf-8", errors="replace") as handle:
+        first = handle.readline().strip().lstrip("\ufeff")
+    return tuple(name.strip().strip('"') for name in first.split(",")) if first else ()
+
+
+def read_landing(spark: SparkSession, table: TableConfig, files: Sequence[LandingFile]) -> DataFrame:
+    """The change rows of `files` as read (csv/json values as strings) with arrival columns."""
+    paths = [str(f.path) for f in files]
+    if table.file_format == "parquet":
+        return _with_arrival(spark.read.option("mergeSchema", "true").parquet(*paths), "row_index")
+    declared = [*(table.data_columns or []), table.flag_column]
+    if table.file_format == "json":
+        schema = StructType([StructField(c, StringType(), True) for c in declared])
+        schema.add(StructField(CORRUPT, StringType(), True))
+        reader = spark.read.schema(schema).option("mode", "PERMISSIVE").option(
+            "columnNameOfCorruptRecord", CORRUPT
+        )
+        return _with_arrival(reader.json(paths), "scan")
+    # CSV: group the files by header so each file's columns are matched by name, not position.
+    groups: dict[tuple[str, ...], list[str]] = {}
+    for landing_file in files:
+        groups.setdefault(_csv_header(landing_file.path), []).append(str(landing_file.path))
+    frames = []
+    for header, group in groups.items():
+        if not header:
+            continue
+        schema = StructType([StructField(c, StringType(), True) for c in header])
+        frame = spark.read.schema(schema).option("header", "true").option("enforceSchema", "true").csv(group)
+        frames.append(_with_arrival(frame, "scan"))
+    if not frames:
+        raise InputError(f"table {table.name}: the CSV files of the interval have no header line")
+    result = frames[0]
+    for frame in frames[1:]:
+        result = result.unionByName(frame, allowMissingColumns=True)
+    return result
+
+
+def column_types_for(table: TableConfig, raw: DataFrame, staging: delta.Snapshot) -> dict[str, str]:
+    """Column name -> Spark SQL type of the table's data columns."""
+    if table.columns is not None:
+        return dict(table.columns)
+    if staging.schema is not None:
+        technical = {*ARRIVAL, FLAG, table.partition_column}
+        return {f.name: f.dataType.simpleString() for f in staging.schema.fields if f.name not in technical}
+    skip = {table.flag_column, *ARRIVAL, CORRUPT}
+    return {f.name: f.dataType.simpleString() for f in raw.schema.fields if f.name not in skip}
+
+
+def staging_columns(table: TableConfig, column_types: dict[str, str]) -> list[str]:
+    """Staging's columns: data columns, the partition column, the flag and the arrival columns."""
+    partition = [table.partition_column] if table.partition_column else []
+    return [*column_types, *partition, FLAG, *ARRIVAL]
+
+
+def _files_in(spark: SparkSession, snapshot: delta.Snapshot, batches: Sequence[str]) -> set[tuple[str, str]]:
+    """(batch, file) pairs that have rows in a staging-like table (partitioned by `_cdc_batch`)."""
+    if not snapshot.exists or not snapshot.files_in(batches):
+        return set()
+    rows = read_snapshot_distinct_files(spark, snapshot, batches)
+    return {(r[BATCH], r[FILE]) for r in rows}
+
+
+def read_snapshot_distinct_files(spark: SparkSession, snapshot: delta.Snapshot, batches: Sequence[str]) -> list:
+    """Distinct (batch, file) of the given batches; a small metadata result."""
+    frame = delta.read_snapshot(spark, snapshot, partitions=batches, columns=[BATCH, FILE])
+    return frame.distinct().collect()  # metadata: one row per file
+
+
+def _commit_append(path: Path, frame: DataFrame, schema: StructType, partition_by: list[str],
+                   step: str, fault_point: str) -> tuple[int, int]:
+    """Append `frame` to the table at `path` (created if needed); returns (rows, version)."""
+    delta.ensure_table(path, schema, partition_by)
+    for attempt in range(1, MAX_COMMIT_ATTEMPTS + 1):
+        snapshot = delta.load_snapshot(path)
+        run_id = delta.new_run_id()
+        written = delta.write_files(frame, path, partition_by, run_id)
+        if not written.actions:
+            return 0, snapshot.version
+        delta.inject_fault(fault_point)
+        try:
+            result = delta.commit(snapshot, written, "append", step, run_id)
+        except CommitFailedError:
+            written.delete()
+            delta.sleep_before_retry(attempt)
+            continue
+        return written.rows, result.version
+    raise delta_conflict(path)
+
+
+def delta_conflict(path: Path) -> Exception:
+    """The error raised when commits to `path` kept conflicting."""
+    from cdc_pipeline.errors import ConcurrentWriteError
+
+    return ConcurrentWriteError(
+        f"gave up after {MAX_COMMIT_ATTEMPTS} conflicting commits to {path}; nothing was lost, run the step again"
+    )
+
+
+def run_stage(context: StepContext, interval: Interval) -> StepReport:
+    """Stage the interval's change files not yet staged; quarantine the rows that cannot be applied."""
+    spark, table, paths = context.spark, context.table, context.paths
+    report = StepReport("stage", table.name, str(interval))
+    landing = list_landing_files(paths, interval, table.file_format)
+    batches = sorted({f.batch for f in landing})
+    ledger = {(r["batch"], r["file"]) for r in delta.arrow_table_rows(paths.ledger, ["batch", "file"])}
+    pending = [f for f in landing if f.ident not in ledger]
+    counts = report.counts
+    counts.update(files=len(landing), new_files=len(pending), rows_read=0, staged=0, quarantined=0)
+    staging = delta.load_snapshot(paths.staging)
+    quarantine = delta.load_snapshot(paths.quarantine)
+    if not pending:
+        counts.update(staging_version=staging.version, quarantine_version=quarantine.version)
+        return report
+    # A crash between the staging, quarantine and ledger commits leaves a file recorded in some
+    # of them: each table takes only the rows of files it does not hold yet.
+    in_staging = _files_in(spark, staging, batches)
+    in_quarantine = _files_in(spark, quarantine, batches)
+    raw = read_landing(spark, table, pending)
+    column_types = column_types_for(table, raw, staging)
+    flag_present = table.flag_column in raw.columns
+    if not flag_present and not table.insert_only:
+        raise InputError(
+            f"table {table.name}: the change files of {interval} have no flag column {table.flag_column}"
+        )
+    try:
+        typed = type_changes(raw, table, column_types, flag_present).persist()
+        per_file = typed.groupBy(BATCH, FILE).agg(
+            F.sum(F.when(F.col(REASON).isNull(), 1).otherwise(0)).alias("good"),
+            F.sum(F.when(F.col(REASON).isNotNull(), 1).otherwise(0)).alias("bad"),
+        ).collect()  # metadata: one row per file
+    except AnalysisException as error:
+        message = str(error).strip().splitlines()[0]
+        raise ConfigError(f"table {table.name}: partition_expression: {message}") from None
+    file_key = F.concat_ws("/", F.col(BATCH), F.col(FILE))
+    columns = staging_columns(table, column_types)
+    _check_staging_schema(table, staging, typed.select(*columns).schema)
+    good = good_changes(typed, columns).filter(
+        ~file_key.isin([f"{b}/{n}" for b, n in in_staging])
+    )
+    bad = quarantined_changes(typed, table, column_types).filter(
+        ~file_key.isin([f"{b}/{n}" for b, n in in_quarantine])
+    )
+    staged, staging_version = _commit_append(
+        paths.staging, good, good.schema, [BATCH], "stage", "stage:before_staging_commit"
+    )
+    quarantined, quarantine_version = _commit_append(
+        paths.quarantine, bad, bad.schema, [BATCH], "quarantine", "stage:before_quarantine_commit"
+    )
+    typed.unpersist()
+    delta.inject_fault("stage:before_ledger_commit")
+    now = datetime.now(UTC)
+    run_id = delta.new_run_id()
+    ledger_rows = [
+        {"batch": r[BATCH], "file": r[FILE], "rows_staged": int(r["good"]), "rows_quarantined": int(r["bad"]),
+         "staged_at": now, "run_id": run_id}
+        for r in per_file
+    ]
+    done = {(r[BATCH], r[FILE]) for r in per_file}
+    ledger_rows += [
+        {"batch": f.batch, "file": f.name, "rows_staged": 0, "rows_quarantined": 0, "staged_at": now,
+         "run_id": run_id}
+        for f in pending if f.ident not in done
+    ]
+    write_deltalake(str(paths.ledger), pa.Table.from_pylist(ledger_rows, LEDGER_SCHEMA), mode="append")
+    counts.update(
+        rows_read=sum(int(r["good"]) + int(r["bad"]) for r in per_file),
+        staged=staged,
+        quarantined=quarantined,
+        staging_version=staging_version,
+        quarantine_version=quarantine_version,
+    )
+    return report
+
+
+def _check_staging_schema(table: TableConfig, staging: delta.Snapshot, incoming: StructType) -> None:
+    """Refuse a batch whose columns or types differ from staging's (nothing is written)."""
+    if staging.schema is None:
+        return
+    existing = {f.name: f.dataType.simpleString() for f in staging.schema.fields}
+    new = {f.name: f.dataType.simpleString() for f in incoming.fields}
+    if existing != new:
+        changed = sorted(
+            f"{name} ({existing.get(name, 'absent')} -> {new.get(name, 'absent')})"
+            for name in set(existing) | set(new)
+            if existing.get(name) != new.get(name)
+        )
+        raise InputError(
+            f"table {table.name}: the change files' schema differs from staging's: {', '.join(changed)}"
+        )
+
+
+def stage_step(context: StepContext, args: StepArgs) -> StepReport:
+    """`cdc stage` body."""
+    return run_stage(context, args.interval())
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """spark-submit entry: stage TABLE --start TS --end TS."""
+    return run_step(argv, "stage", "interval", stage_step)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,67 @@
+"""Step `vacuum`: delete files no table version within the retention needs (delta-rs, no Spark)."""
+
+from __future__ import annotations
+
+import shutil
+import sys
+import time
+from collections.abc import Sequence
+
+from cdc_pipeline.errors import UsageError
+from spark_jobs import delta
+from spark_jobs.common import StepArgs, StepContext, StepReport, run_step
+
+SAFE_RETENTION_HOURS = 168
+
+
+def run_vacuum(context: StepContext, retention_hours: int | None, force: bool) -> StepReport:
+    """Vacuum every Delta table of the table, and abandoned temporary write folders."""
+    table, paths = context.table, context.paths
+    hours = table.vacuum_retention_hours if retention_hours is None else retention_hours
+    if hours < 0:
+        raise UsageError(f"--retention-hours must not be negative (got {hours})")
+    if hours < SAFE_RETENTION_HOURS and not force:
+        raise UsageError(
+            f"retention of {hours} h is below {SAFE_RETENTION_HOURS} h: files a running job or reader "
+            "still needs could be deleted; add --force if no run is in progress"
+        )
+    report = StepReport("vacuum", table.name)
+    report.counts["retention_hours"] = hours
+    for name, path in (("final", paths.final), ("staging", paths.staging), ("quarantine", paths.quarantine),
+                       ("tombstones", paths.tombstones), ("ledger", paths.ledger)):
+        snapshot = delta.load_snapshot(path)
+        if snapshot.table is None:
+            continue
+        deleted = snapshot.table.vacuum(
+            retention_hours=hours, dry_run=False, enforce_retention_duration=not force
+        )
+        report.counts[f"{name}_files_deleted"] = len(deleted) + remove_abandoned_writes(path, hours)
+    return report
+
+
+def remove_abandoned_writes(table_path, hours: int) -> int:  # type: ignore[no-untyped-def]
+    """Delete temporary write folders of crashed runs older than the retention."""
+    tmp = table_path / delta.TMP_DIR
+    if not tmp.is_dir():
+        return 0
+    cutoff = time.time() - hours * 3600
+    removed = 0
+    for folder in tmp.iterdir():
+        if folder.stat().st_mtime <= cutoff:
+            removed += sum(1 for p in folder.rglob("*") if p.is_file())
+            shutil.rmtree(folder, ignore_errors=True)
+    return removed
+
+
+def vacuum_step(context: StepContext, args: StepArgs) -> StepReport:
+    """`cdc vacuum` body."""
+    return run_vacuum(context, args.retention_hours, args.force)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry: vacuum TABLE [--retention-hours H] [--force]."""
+    return run_step(argv, "vacuum", "vacuum", vacuum_step, needs_spark=False)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
