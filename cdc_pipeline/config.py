@@ -15,7 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from cdc_pipeline.errors import ConfigError
 
 NAME_PATTERN = r"^[a-z][a-z0-9_]*$"
-COLUMN_PATTERN = r"^[A-Za-z][A-Za-z0-9_]*$"
+COLUMN_PATTERN = r"^[A-Za-z_][A-Za-z0-9_]*$"
 TECHNICAL_PREFIX = "_cdc_"
 
 # Spark SQL types a column may declare. Nested types are not supported: change rows are flat.

@@ -43,10 +43,27 @@ def new_run_id() -> str:
     return f"{datetime.now(UTC):%Y%m%dT%H%M%S}-{uuid.uuid4().hex[:12]}"
 
 
+_barriers_passed: set[str] = set()
+
+
 def inject_fault(point: str) -> None:
-    """Kill this process with SIGKILL at `point` when CDC_FAULT names it (crash tests only)."""
+    """Test hooks at named points of a step; inert unless the environment asks for them.
+
+    CDC_FAULT=<point> kills the process with SIGKILL there (crash tests). CDC_BARRIER=
+    <point>|<folder>|<n> makes the first arrival of each process wait until n processes have
+    arrived, so concurrency tests commit from the same snapshot instead of by luck.
+    """
     if os.environ.get("CDC_FAULT") == point:
         os.kill(os.getpid(), signal.SIGKILL)
+    barrier = os.environ.get("CDC_BARRIER", "")
+    if barrier.startswith(point + "|") and point not in _barriers_passed:
+        _barriers_passed.add(point)
+        _, folder, count = barrier.split("|")
+        Path(folder).mkdir(parents=True, exist_ok=True)
+        (Path(folder) / str(os.getpid())).touch()
+        deadline = time.monotonic() + 120
+        while len(list(Path(folder).iterdir())) < int(count) and time.monotonic() < deadline:
+            time.sleep(0.05)
 
 
 @dataclass(frozen=True)

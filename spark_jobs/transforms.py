@@ -45,6 +45,8 @@ def type_changes(
         projections.append(source.try_cast(spark_type).alias(column))
     if flag_present and table.flag_column in available:
         flag = F.upper(F.trim(F.col(f"`{table.flag_column}`").cast("string")))
+        if table.insert_only:
+            flag = F.coalesce(flag, F.lit("I"))  # events often carry no flag: an insert
         raw_flag = F.col(f"`{table.flag_column}`").cast("string")
     else:
         # An insert-only event table may land without a flag column: every row is an insert.
@@ -129,6 +131,10 @@ def arrival_order() -> list[Column]:
 def latest_change_per_key(changes: DataFrame, keys: Sequence[str], sequence_by: Sequence[str]) -> DataFrame:
     """The latest change of every key: ROW_NUMBER over keys ORDER BY sequence_by DESC, arrival DESC."""
     order = [F.col(c).desc() for c in sequence_by] + arrival_order()
+    if FLAG in changes.columns:
+        # Equal sequence and arrival means the same change seen twice (staged and in final):
+        # any copy is right, but the choice is made deterministic.
+        order.append(F.col(FLAG).desc())
     window = Window.partitionBy(*[F.col(k) for k in keys]).orderBy(*order)
     return (
         changes.withColumn("_cdc_rank", F.row_number().over(window))

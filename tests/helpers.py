@@ -1,0 +1,104 @@
+"""Test helpers: write landing files, configure tables, read Delta tables back with deltalake."""
+
+from __future__ import annotations
+
+import csv
+import json
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import yaml
+from deltalake import DeltaTable
+
+from cdc_pipeline.config import TableConfig, parse_config
+from cdc_pipeline.intervals import Interval, parse_timestamp
+from cdc_pipeline.paths import TablePaths
+
+SEED_002_COLUMNS = {"ID": "bigint", "VALUE": "int", "CDC_TIMESTAMP": "timestamp"}
+
+
+@dataclass
+class Workspace:
+    """A test's own config file, landing zone and warehouse."""
+
+    root: Path
+
+    @property
+    def landing(self) -> Path:
+        return self.root / "landing"
+
+    @property
+    def warehouse(self) -> Path:
+        return self.root / "warehouse"
+
+    @property
+    def config_path(self) -> Path:
+        return self.root / "tables.yaml"
+
+    def configure(self, *rows: dict[str, Any]) -> dict[str, TableConfig]:
+        """Write the config table with these rows and return the validated rows."""
+        document = {"tables": list(rows)}
+        self.config_path.write_text(yaml.safe_dump(document, sort_keys=False))
+        result = parse_config(document)
+        assert not result.problems, [str(p) for p in result.problems]
+        return result.tables
+
+    def paths(self, table: str) -> TablePaths:
+        return TablePaths(table, self.landing, self.warehouse)
+
+    def land(self, table: str, hour: str, name: str, rows: list[dict[str, Any]], file_format: str = "csv",
+             columns: list[str] | None = None) -> Path:
+        """Write one change file into the hour folder of `hour` (e.g. '2024-01-01T05')."""
+        when = parse_timestamp(hour + ":00:00Z" if len(hour) == 13 else hour)
+        folder = self.landing / table / when.strftime("dt=%Y-%m-%d/hr=%H")
+        folder.mkdir(parents=True, exist_ok=True)
+        path = folder / name
+        names = columns or list(dict.fromkeys(k for r in rows for k in r))
+        if file_format == "csv":
+            with path.open("w", newline="") as handle:
+                writer = csv.writer(handle)
+                writer.writerow(names)
+                for row in rows:
+                    writer.writerow(["" if row.get(c) is None else row.get(c) for c in names])
+        elif file_format == "json":
+            path.write_text("".join(json.dumps({k: v for k, v in r.items() if v is not None}) + "\n" for r in rows))
+        else:
+            pq.write_table(pa.Table.from_pylist(rows), path)
+        return path
+
+
+def interval(start: str, end: str) -> Interval:
+    """Interval from short strings like '2024-01-01T05' (hour) or full ISO timestamps."""
+    def full(text: str) -> str:
+        return text + ":00:00Z" if len(text) == 13 else text
+    return Interval.parse(full(start), full(end))
+
+
+def table_rows(path: Path, columns: list[str] | None = None) -> list[tuple[Any, ...]]:
+    """A Delta table's rows read with deltalake (not Spark), sorted, as tuples of `columns`."""
+    table = DeltaTable(str(path)).to_pyarrow_table()
+    names = columns or [c for c in table.column_names if not c.startswith("_cdc_")]
+    return sorted((tuple(r[c] for c in names) for r in table.to_pylist()), key=repr)
+
+
+def file_paths(path: Path) -> set[str]:
+    """The data files of a Delta table's current version."""
+    return set(pa.table(DeltaTable(str(path)).get_add_actions(flatten=True)).column("path").to_pylist())
+
+
+def files_by_partition(path: Path, column: str) -> dict[Any, set[str]]:
+    """Current data files grouped by partition value."""
+    actions = pa.table(DeltaTable(str(path)).get_add_actions(flatten=True)).to_pylist()
+    grouped: dict[Any, set[str]] = {}
+    for action in actions:
+        grouped.setdefault(action[f"partition.{column}"], set()).add(action["path"])
+    return grouped
+
+
+def ts(text: str) -> datetime:
+    """A UTC timestamp as deltalake returns it."""
+    return parse_timestamp(text)

@@ -1,0 +1,164 @@
+"""Config table validation: exact messages naming table, field and what is expected."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from cdc_pipeline.config import TableConfig, load_table_configs, parse_config
+from cdc_pipeline.errors import ConfigError
+
+GOOD = {
+    "name": "orders",
+    "file_format": "csv",
+    "columns": {"ID": "bigint", "CREATE_DATE": "string", "TS": "timestamp"},
+    "keys": ["ID"],
+    "sequence_by": ["TS"],
+}
+
+
+def problems(*rows: dict, defaults: dict | None = None) -> list[str]:
+    document: dict = {"tables": list(rows)}
+    if defaults is not None:
+        document["defaults"] = defaults
+    return [str(p) for p in parse_config(document).problems]
+
+
+def test_valid_row_gets_defaults_and_dag_id() -> None:
+    result = parse_config({"tables": [GOOD]})
+    table = result.tables["orders"]
+    assert result.problems == []
+    assert table.dag_id == "cdc_orders"
+    assert table.flag_column == "FLAG"
+    assert table.schedule == "@hourly"
+    assert table.insert_only is False
+    assert table.vacuum_retention_hours == 168
+
+
+def test_defaults_are_merged_into_rows_and_rows_win() -> None:
+    result = parse_config(
+        {"defaults": {"schedule": "@daily", "flag_column": "OP"}, "tables": [GOOD, {**GOOD, "name": "b", "schedule": "0 * * * *"}]}
+    )
+    assert result.tables["orders"].schedule == "@daily"
+    assert result.tables["orders"].flag_column == "OP"
+    assert result.tables["b"].schedule == "0 * * * *"
+
+
+def test_unknown_field_is_rejected() -> None:
+    assert problems({**GOOD, "partiton_column": "X"}) == ["table orders: partiton_column: unknown field (misspelt?)"]
+
+
+def test_unknown_default_is_rejected() -> None:
+    assert problems(GOOD, defaults={"shedule": "@daily"}) == ["table *: defaults.shedule: unknown field (misspelt?)"]
+
+
+def test_missing_required_fields() -> None:
+    assert problems({"name": "x", "file_format": "parquet"}) == [
+        "table x: keys: required field is missing",
+        "table x: sequence_by: required field is missing",
+    ]
+
+
+def test_bad_name() -> None:
+    assert problems({**GOOD, "name": "Orders"}) == [
+        "table Orders: name: String should match pattern '^[a-z][a-z0-9_]*$'"
+    ]
+
+
+def test_key_and_sequence_must_be_declared_columns() -> None:
+    assert problems({**GOOD, "keys": ["IDX"], "sequence_by": ["TS2"]}) == [
+        "table orders: keys: 'IDX' is not a declared column",
+        "table orders: sequence_by: 'TS2' is not a declared column",
+    ]
+
+
+def test_columns_required_for_csv_and_json_but_not_parquet() -> None:
+    row = {k: v for k, v in GOOD.items() if k != "columns"}
+    assert problems(row) == [
+        "table orders: columns: required for file_format csv (only parquet carries a schema)"
+    ]
+    assert problems({**row, "file_format": "parquet"}) == []
+
+
+def test_unknown_type_is_named() -> None:
+    assert problems({**GOOD, "columns": {**GOOD["columns"], "X": "bigint2"}}) == [
+        "table orders: columns: type 'bigint2' of X is not a Spark SQL type such as bigint, int, string, "
+        "double, decimal(10,2), date, timestamp"
+    ]
+
+
+def test_partition_expression_needs_partition_column() -> None:
+    assert problems({**GOOD, "partition_expression": "year(TS)"}) == [
+        "table orders: partition_column: partition_expression and partition_column go together (set both or neither)"
+    ]
+
+
+def test_partition_column_must_not_clash_with_a_column() -> None:
+    assert problems({**GOOD, "partition_expression": "year(TS)", "partition_column": "ID"}) == [
+        "table orders: partition_column: 'ID' clashes with a declared column"
+    ]
+
+
+def test_file_format_must_be_known() -> None:
+    assert problems({**GOOD, "file_format": "avro"}) == [
+        "table orders: file_format: Input should be 'parquet', 'csv' or 'json'"
+    ]
+
+
+def test_bad_schedule() -> None:
+    assert problems({**GOOD, "optimize_schedule": "every day"}) == [
+        "table orders: optimize_schedule: 'every day' is not a cron expression or a preset like @hourly"
+    ]
+
+
+def test_reserved_prefix_and_flag_clash() -> None:
+    assert problems({**GOOD, "columns": {**GOOD["columns"], "_cdc_x": "int", "FLAG": "string"}}) == [
+        "table orders: columns: column name '_cdc_x' uses the reserved prefix _cdc_"
+    ]
+    assert problems({**GOOD, "columns": {**GOOD["columns"], "FLAG": "string"}}) == [
+        "table orders: flag_column: 'FLAG' must not also be a declared column"
+    ]
+
+
+def test_duplicate_table_names_are_both_reported_and_dropped() -> None:
+    result = parse_config({"tables": [GOOD, GOOD]})
+    assert [str(p) for p in result.problems] == ["table orders: name: appears more than once in the config table"]
+    assert "orders" not in result.tables
+
+
+def test_a_bad_row_does_not_hide_the_good_ones() -> None:
+    result = parse_config({"tables": [{**GOOD, "name": "bad", "keys": []}, {**GOOD, "name": "good"}]})
+    assert list(result.tables) == ["good"]
+    assert [str(p) for p in result.problems] == ["table bad: keys: List should have at least 1 item after validation, not 0"]
+
+
+def test_lookup_of_invalid_table_explains_why(tmp_path: Path) -> None:
+    path = tmp_path / "t.yaml"
+    path.write_text("tables:\n  - name: bad\n    keys: [ID]\n    sequence_by: [ID]\n")
+    with pytest.raises(ConfigError, match="table bad: sequence_by: ID already in keys"):
+        load_table_configs(path).table("bad")
+    with pytest.raises(ConfigError, match=r"table nope: not in the config table \(valid tables: none\)"):
+        load_table_configs(path).table("nope")
+
+
+def test_unreadable_and_invalid_yaml(tmp_path: Path) -> None:
+    missing = load_table_configs(tmp_path / "missing.yaml")
+    assert [p.field for p in missing.problems] == ["(file)"]
+    broken = tmp_path / "broken.yaml"
+    broken.write_text("tables: [\n")
+    assert str(load_table_configs(broken).problems[0]).endswith("is not valid YAML at line 2")
+
+
+def test_sample_config_is_valid() -> None:
+    result = load_table_configs(Path(__file__).resolve().parents[2] / "config" / "tables.yaml")
+    assert result.problems == []
+    assert set(result.tables) >= {"orders", "customers", "events"}
+    assert result.tables["orders"].keys == ["ORDER_ID", "LINE_NO"]
+    assert result.tables["customers"].partition_column is None
+    assert result.tables["events"].insert_only is True
+
+
+def test_types_are_normalized() -> None:
+    table = TableConfig.model_validate({**GOOD, "columns": {"ID": "BIGINT", "TS": " Timestamp ", "A": "Decimal(10, 2)"}, "sequence_by": ["TS"]})
+    assert table.columns == {"ID": "bigint", "TS": "timestamp", "A": "decimal(10, 2)"}
