@@ -3,11 +3,17 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install demo test lint typecheck clean
+.PHONY: install demo test lint typecheck clean java
 
 install: $(STAMP)
 
-$(STAMP): pyproject.toml
+# Spark needs a Java runtime (17); install it from Debian when the machine has none.
+java:
+	@command -v java >/dev/null 2>&1 || { \
+	  echo "no java: installing openjdk-17-jre-headless"; \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq openjdk-17-jre-headless >/dev/null; }
+
+$(STAMP): pyproject.toml | java
 	@test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -e '.[dev]'

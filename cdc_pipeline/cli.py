@@ -26,8 +26,15 @@ def build_parser() -> argparse.ArgumentParser:
     """The argument parser of `cdc` and its commands."""
     from spark_jobs.common import add_step_arguments
 
-    parser = argparse.ArgumentParser(prog="cdc", description="CDC into Delta Lake tables with Spark.")
-    parser.add_argument("--config", type=Path, default=None, help="config table (default: $CDC_CONFIG or config/tables.yaml)")
+    parser = argparse.ArgumentParser(
+        prog="cdc", description="CDC into Delta Lake tables with Spark."
+    )
+    parser.add_argument(
+        "--config",
+        type=Path,
+        default=None,
+        help="config table (default: $CDC_CONFIG or config/tables.yaml)",
+    )
     commands = parser.add_subparsers(dest="command", required=True)
     validate = commands.add_parser("validate", help="check every row of the config table")
     validate.add_argument("--config", type=Path, default=argparse.SUPPRESS)
@@ -43,7 +50,9 @@ def build_parser() -> argparse.ArgumentParser:
         add_step_arguments(commands.add_parser(command, help=helps[command]), kind)  # type: ignore[arg-type]
     demo = commands.add_parser("demo", help="generate sample change sets and apply them")
     demo.add_argument("--config", type=Path, default=argparse.SUPPRESS)
-    demo.add_argument("--start", default="2024-01-01T00:00:00Z", help="first hour of the sample data")
+    demo.add_argument(
+        "--start", default="2024-01-01T00:00:00Z", help="first hour of the sample data"
+    )
     demo.add_argument("--hours", type=int, default=6, help="hours of sample data (one run each)")
     demo.add_argument("--keys", type=int, default=2000, help="order lines loaded in the first hour")
     return parser
@@ -55,7 +64,10 @@ def validate(config: Path | None) -> int:
     for problem in result.problems:
         print(problem)
     if result.problems:
-        print(f"{len(result.problems)} problem(s); {len(result.tables)} valid table(s)", file=sys.stderr)
+        print(
+            f"{len(result.problems)} problem(s); {len(result.tables)} valid table(s)",
+            file=sys.stderr,
+        )
         return 1
     print(f"ok: {len(result.tables)} table(s): {', '.join(sorted(result.tables))}")
     return 0
@@ -71,7 +83,10 @@ def run_both(args) -> int:  # type: ignore[no-untyped-def]
         interval = step_args.interval()
         staged = run_stage(context, interval)
         applied = run_overwrite_final(context, interval)
-        counts = {k: staged.counts[k] for k in ("files", "new_files", "rows_read", "staged", "quarantined")}
+        counts = {
+            k: staged.counts[k]
+            for k in ("files", "new_files", "rows_read", "staged", "quarantined")
+        }
         counts.update(applied.counts)
         counts["staging_version"] = staged.counts.get("staging_version")
         return StepReport("run", context.table.name, str(interval), counts)

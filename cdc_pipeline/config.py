@@ -37,8 +37,12 @@ _SIMPLE_TYPES = {
     "timestamp_ntz",
     "binary",
 }
-_PARAM_TYPES = re.compile(r"^(decimal|numeric)\(\s*\d+\s*(,\s*\d+\s*)?\)$|^(varchar|char)\(\s*\d+\s*\)$")
-SPARK_TYPES_HELP = "a Spark SQL type such as bigint, int, string, double, decimal(10,2), date, timestamp"
+_PARAM_TYPES = re.compile(
+    r"^(decimal|numeric)\(\s*\d+\s*(,\s*\d+\s*)?\)$|^(varchar|char)\(\s*\d+\s*\)$"
+)
+SPARK_TYPES_HELP = (
+    "a Spark SQL type such as bigint, int, string, double, decimal(10,2), date, timestamp"
+)
 
 
 def is_spark_sql_type(text: str) -> bool:
@@ -68,12 +72,15 @@ class TableConfig(BaseModel):
         default=None, description="Spark SQL expression giving the final table's partition value."
     )
     partition_column: str | None = Field(
-        default=None, description="Name of the partition column, required with partition_expression."
+        default=None,
+        description="Name of the partition column, required with partition_expression.",
     )
     insert_only: bool = Field(
         default=False, description="Append each (key, sequence) once; never update or delete."
     )
-    flag_column: str = Field(default="FLAG", description="Column holding the change flag I, U or D.")
+    flag_column: str = Field(
+        default="FLAG", description="Column holding the change flag I, U or D."
+    )
     zorder_by: list[str] = Field(default_factory=list, description="Columns OPTIMIZE Z-orders by.")
     schedule: str = Field(default="@hourly", description="Cron or preset of the table's DAG.")
     optimize_schedule: str | None = Field(
@@ -113,7 +120,9 @@ class TableConfig(BaseModel):
             if not re.match(COLUMN_PATTERN, column):
                 problems.append(f"column name {column!r} must match {COLUMN_PATTERN}")
             elif column.lower().startswith(TECHNICAL_PREFIX):
-                problems.append(f"column name {column!r} uses the reserved prefix {TECHNICAL_PREFIX}")
+                problems.append(
+                    f"column name {column!r} uses the reserved prefix {TECHNICAL_PREFIX}"
+                )
             if not isinstance(spark_type, str) or not is_spark_sql_type(spark_type):
                 problems.append(f"type {spark_type!r} of {column} is not {SPARK_TYPES_HELP}")
         if problems:
@@ -124,7 +133,9 @@ class TableConfig(BaseModel):
     def _fields_agree(self) -> TableConfig:
         problems: list[str] = []
         if self.columns is None and self.file_format != "parquet":
-            problems.append(f"columns: required for file_format {self.file_format} (only parquet carries a schema)")
+            problems.append(
+                f"columns: required for file_format {self.file_format} (only parquet carries a schema)"
+            )
         declared = set(self.columns or {})
         for field_name in ("keys", "sequence_by", "zorder_by"):
             for column in getattr(self, field_name):
@@ -141,17 +152,28 @@ class TableConfig(BaseModel):
             )
         if self.partition_column is not None:
             if not re.match(COLUMN_PATTERN, self.partition_column):
-                problems.append(f"partition_column: {self.partition_column!r} must match {COLUMN_PATTERN}")
+                problems.append(
+                    f"partition_column: {self.partition_column!r} must match {COLUMN_PATTERN}"
+                )
             if self.partition_column in declared:
-                problems.append(f"partition_column: {self.partition_column!r} clashes with a declared column")
+                problems.append(
+                    f"partition_column: {self.partition_column!r} clashes with a declared column"
+                )
             if self.partition_column in self.zorder_by:
                 problems.append("zorder_by: cannot include the partition column")
         if self.partition_expression is not None and not self.partition_expression.strip():
             problems.append("partition_expression: must not be empty")
-        for field_name in ("schedule", "optimize_schedule", "vacuum_schedule", "reset_staging_schedule"):
+        for field_name in (
+            "schedule",
+            "optimize_schedule",
+            "vacuum_schedule",
+            "reset_staging_schedule",
+        ):
             value = getattr(self, field_name)
             if value is not None and not is_schedule(value):
-                problems.append(f"{field_name}: {value!r} is not a cron expression or a preset like @hourly")
+                problems.append(
+                    f"{field_name}: {value!r} is not a cron expression or a preset like @hourly"
+                )
         if problems:
             raise ValueError(" | ".join(problems))
         return self
@@ -167,7 +189,16 @@ class TableConfig(BaseModel):
         return list(self.columns) if self.columns is not None else None
 
 
-_PRESETS = {"@once", "@hourly", "@daily", "@weekly", "@monthly", "@yearly", "@annually", "@midnight"}
+_PRESETS = {
+    "@once",
+    "@hourly",
+    "@daily",
+    "@weekly",
+    "@monthly",
+    "@yearly",
+    "@annually",
+    "@midnight",
+}
 _CRON_FIELD = re.compile(r"^[0-9A-Za-z*/,\-?LW#]+$")
 
 
@@ -248,18 +279,24 @@ def parse_config(document: Any, source: str = "config") -> ConfigLoadResult:
     """Validate a parsed YAML document (defaults + tables) into table rows and problems."""
     result = ConfigLoadResult()
     if not isinstance(document, Mapping):
-        result.problems.append(ConfigProblem("*", "(file)", f"{source} must be a mapping with a 'tables' list"))
+        result.problems.append(
+            ConfigProblem("*", "(file)", f"{source} must be a mapping with a 'tables' list")
+        )
         return result
     unknown = sorted(set(document) - {"defaults", "tables"})
     for key in unknown:
-        result.problems.append(ConfigProblem("*", key, "unknown top-level key (expected defaults, tables)"))
+        result.problems.append(
+            ConfigProblem("*", key, "unknown top-level key (expected defaults, tables)")
+        )
     defaults = document.get("defaults") or {}
     if not isinstance(defaults, Mapping):
         result.problems.append(ConfigProblem("*", "defaults", "must be a mapping of table fields"))
         defaults = {}
     else:
         for key in sorted(set(defaults) - set(TableConfig.model_fields)):
-            result.problems.append(ConfigProblem("*", f"defaults.{key}", "unknown field (misspelt?)"))
+            result.problems.append(
+                ConfigProblem("*", f"defaults.{key}", "unknown field (misspelt?)")
+            )
         defaults = {k: v for k, v in defaults.items() if k in TableConfig.model_fields}
     rows = document.get("tables")
     if not isinstance(rows, list):
@@ -268,7 +305,9 @@ def parse_config(document: Any, source: str = "config") -> ConfigLoadResult:
     seen: set[str] = set()
     for index, row in enumerate(rows):
         if not isinstance(row, Mapping):
-            result.problems.append(ConfigProblem(f"#{index + 1}", "(row)", "must be a mapping of fields"))
+            result.problems.append(
+                ConfigProblem(f"#{index + 1}", "(row)", "must be a mapping of fields")
+            )
             continue
         label = str(row.get("name") or f"#{index + 1}")
         merged = {**defaults, **row}
@@ -278,7 +317,9 @@ def parse_config(document: Any, source: str = "config") -> ConfigLoadResult:
             result.problems.extend(_problems_from_validation(label, error))
             continue
         if table.name in seen:
-            result.problems.append(ConfigProblem(label, "name", "appears more than once in the config table"))
+            result.problems.append(
+                ConfigProblem(label, "name", "appears more than once in the config table")
+            )
             result.tables.pop(table.name, None)
             continue
         seen.add(table.name)
@@ -292,13 +333,17 @@ def load_table_configs(path: Path | str | None = None) -> ConfigLoadResult:
     try:
         text = config_path.read_text()
     except OSError as error:
-        return ConfigLoadResult(problems=[ConfigProblem("*", "(file)", f"cannot read {config_path}: {error.strerror}")])
+        return ConfigLoadResult(
+            problems=[ConfigProblem("*", "(file)", f"cannot read {config_path}: {error.strerror}")]
+        )
     try:
         document = yaml.safe_load(text)
     except yaml.YAMLError as error:
         mark = getattr(error, "problem_mark", None)
         where = f" at line {mark.line + 1}" if mark is not None else ""
-        return ConfigLoadResult(problems=[ConfigProblem("*", "(file)", f"{config_path} is not valid YAML{where}")])
+        return ConfigLoadResult(
+            problems=[ConfigProblem("*", "(file)", f"{config_path} is not valid YAML{where}")]
+        )
     return parse_config(document, str(config_path))
 
 

@@ -28,7 +28,9 @@ class TablePaths:
     warehouse_base: Path
 
     @classmethod
-    def for_table(cls, name: str, landing: Path | None = None, warehouse: Path | None = None) -> TablePaths:
+    def for_table(
+        cls, name: str, landing: Path | None = None, warehouse: Path | None = None
+    ) -> TablePaths:
         """Paths under the given roots, or the environment's defaults."""
         return cls(name, Path(landing or landing_root()), Path(warehouse or warehouse_root()))
 

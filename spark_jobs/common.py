@@ -121,7 +121,11 @@ def execute(args: StepArgs, prog: str, body: StepBody, needs_spark: bool = True)
 
 
 def run_step(
-    argv: Sequence[str] | None, prog: str, kind: ArgumentKind, body: StepBody, needs_spark: bool = True
+    argv: Sequence[str] | None,
+    prog: str,
+    kind: ArgumentKind,
+    body: StepBody,
+    needs_spark: bool = True,
 ) -> int:
     """spark-submit entry: parse `argv` (default sys.argv) and execute the step."""
     parser = argparse.ArgumentParser(prog=prog)

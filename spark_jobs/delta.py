@@ -25,7 +25,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from deltalake import CommitProperties, DeltaTable, Schema
 from deltalake.exceptions import CommitFailedError, TableNotFoundError
-from deltalake.transaction import AddAction
+from deltalake.transaction import AddAction, RemoveAction
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import StringType, StructField, StructType
@@ -35,7 +35,13 @@ RUN_ID_KEY = "cdc_run_id"
 STEP_KEY = "cdc_step"
 FILE_NAME_COLUMN = "_cdc_file_name"
 # Operations that rearrange files without changing what a table holds.
-_NON_DATA_OPERATIONS = {"OPTIMIZE", "VACUUM START", "VACUUM END", "CREATE TABLE", "SET TBLPROPERTIES"}
+_NON_DATA_OPERATIONS = {
+    "OPTIMIZE",
+    "VACUUM START",
+    "VACUUM END",
+    "CREATE TABLE",
+    "SET TBLPROPERTIES",
+}
 
 
 def new_run_id() -> str:
@@ -153,7 +159,9 @@ def ensure_table(path: Path, schema: StructType, partition_by: Sequence[str]) ->
     path.mkdir(parents=True, exist_ok=True)
     delta_schema = Schema.from_json(schema.json())
     try:
-        DeltaTable.create(str(path), delta_schema, mode="ignore", partition_by=list(partition_by) or None)
+        DeltaTable.create(
+            str(path), delta_schema, mode="ignore", partition_by=list(partition_by) or None
+        )
     except (CommitFailedError, OSError):
         # Another run created it in the meantime: that table is as good as ours.
         DeltaTable(str(path))
@@ -183,7 +191,9 @@ def read_snapshot(
         return spark.createDataFrame([], StructType(out_fields))
     if snapshot.partition_columns and len({f.name for f in files}) != len(files):
         # Partition values are joined on the file name, which must therefore be unique.
-        raise RuntimeError(f"{snapshot.path}: two data files share a base name; cannot restore partitions")
+        raise RuntimeError(
+            f"{snapshot.path}: two data files share a base name; cannot restore partitions"
+        )
     data_fields = [f for f in schema.fields if f.name not in snapshot.partition_columns]
     paths = [str(snapshot.path / f.path) for f in files]
     df = spark.read.schema(StructType(data_fields)).parquet(*paths)
@@ -261,7 +271,10 @@ def write_files(
     counter = 0
     for source in sorted(tmp.rglob("*.parquet")):
         relative_dir = source.parent.relative_to(tmp)
-        if any(part.startswith(".") or (part.startswith("_") and "=" not in part) for part in relative_dir.parts):
+        if any(
+            part.startswith(".") or (part.startswith("_") and "=" not in part)
+            for part in relative_dir.parts
+        ):
             continue  # Spark's own bookkeeping, not data
         rows = pq.read_metadata(source).num_rows
         if rows == 0:
@@ -316,8 +329,9 @@ def commit(
     """
     if snapshot.table is None or snapshot.schema is None:
         raise ValueError(f"no Delta table at {snapshot.path}")
+    actions: list[AddAction | RemoveAction] = list(written.actions)
     snapshot.table.create_write_transaction(
-        written.actions,
+        actions,
         mode=mode,
         schema=Schema.from_json(snapshot.schema.json()),
         partition_by=snapshot.partition_columns or None,

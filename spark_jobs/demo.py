@@ -22,7 +22,10 @@ DEMO_TABLES = ("orders", "customers", "events")
 # Seed 000's story: Alice and Bob, then Alice becomes Angela, Bob is deleted (key only) and
 # id2 comes back as Carol. Sequence SEQ orders the changes.
 CUSTOMER_HOURS = [
-    [{"FLAG": "I", "ID": "id1", "NAME": "Alice", "SEQ": 0}, {"FLAG": "I", "ID": "id2", "NAME": "Bob", "SEQ": 0}],
+    [
+        {"FLAG": "I", "ID": "id1", "NAME": "Alice", "SEQ": 0},
+        {"FLAG": "I", "ID": "id2", "NAME": "Bob", "SEQ": 0},
+    ],
     [
         {"FLAG": "U", "ID": "id1", "NAME": "Angela", "SEQ": 1},
         {"FLAG": "D", "ID": "id2", "SEQ": 2},
@@ -44,7 +47,9 @@ def run_demo(spark, configs: ConfigLoadResult, start: datetime, hours: int, keys
     """Generate, stage and apply `hours` hours for each sample table; one summary line per table."""
     missing = [name for name in DEMO_TABLES if name not in configs.tables]
     if missing:
-        raise ConfigError(f"the demo needs the sample tables {', '.join(missing)} in the config table")
+        raise ConfigError(
+            f"the demo needs the sample tables {', '.join(missing)} in the config table"
+        )
     lines = []
     for name in DEMO_TABLES:
         table = configs.tables[name]
@@ -55,8 +60,14 @@ def run_demo(spark, configs: ConfigLoadResult, start: datetime, hours: int, keys
         elif name == "customers":
             write_customers(paths.landing, start)
         else:
-            generate_events(spark, paths.landing, start, hours, per_hour=max(10, keys // 10),
-                            file_format=table.file_format)
+            generate_events(
+                spark,
+                paths.landing,
+                start,
+                hours,
+                per_hour=max(10, keys // 10),
+                file_format=table.file_format,
+            )
         context = StepContext(spark, table, paths)
         totals = {"staged": 0, "quarantined": 0, "rows_written": 0}
         for hour in range(hours):

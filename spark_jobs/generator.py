@@ -49,14 +49,21 @@ class ChangeSpec:
 
 def _chance(spec: ChangeSpec, kind: str, hour: int | Column, pct: float) -> Column:
     """True for a deterministic `pct` percent of (kind, hour, id)."""
-    draw = F.pmod(F.xxhash64(F.lit(spec.seed), F.lit(kind), F.lit(hour) if isinstance(hour, int) else hour,
-                             F.col("id")), F.lit(10000))
-    return draw < F.lit(int(round(pct * 100)))
+    draw = F.pmod(
+        F.xxhash64(
+            F.lit(spec.seed),
+            F.lit(kind),
+            F.lit(hour) if isinstance(hour, int) else hour,
+            F.col("id"),
+        ),
+        F.lit(10000),
+    )
+    return draw < F.lit(round(pct * 100))
 
 
 def _hour_changes(spark: SparkSession, spec: ChangeSpec, hour: int, start: datetime) -> DataFrame:
     """The changes that happen in hour `hour` (0 = initial load of every key)."""
-    inserts_per_hour = int(round(spec.keys * spec.insert_pct / 100))
+    inserts_per_hour = round(spec.keys * spec.insert_pct / 100)
     born_before = spec.keys + max(0, hour - 1) * inserts_per_hour
     born_now = spec.keys if hour == 0 else born_before + inserts_per_hour
     ids = spark.range(0, born_now)
@@ -75,19 +82,30 @@ def _hour_changes(spark: SparkSession, spec: ChangeSpec, hour: int, start: datet
     moved = F.lit(False)
     for j in range(1, hour + 1):
         updated_then = (
-            _chance(spec, "u", j, spec.update_pct) & ~_chance(spec, "d", j, spec.delete_pct) & (born_hour < j)
+            _chance(spec, "u", j, spec.update_pct)
+            & ~_chance(spec, "d", j, spec.delete_pct)
+            & (born_hour < j)
         )
         moved = moved | (updated_then & _chance(spec, "m", j, spec.move_pct))
     base_year = F.pmod(F.xxhash64(F.lit(spec.seed), F.lit("y"), F.col("id")), F.lit(spec.years))
-    year = F.lit(spec.first_year) + F.pmod(base_year + F.when(moved, 1).otherwise(0), F.lit(spec.years))
+    year = F.lit(spec.first_year) + F.pmod(
+        base_year + F.when(moved, 1).otherwise(0), F.lit(spec.years)
+    )
     second = F.pmod(F.xxhash64(F.lit(spec.seed), F.lit("t"), F.lit(hour), F.col("id")), F.lit(3600))
     hour_start = F.lit(start + timedelta(hours=hour)).cast("timestamp")
-    amount = (F.pmod(F.xxhash64(F.lit(spec.seed), F.lit("a"), F.lit(hour), F.col("id")), F.lit(1000000)) / 100)
+    amount = (
+        F.pmod(F.xxhash64(F.lit(spec.seed), F.lit("a"), F.lit(hour), F.col("id")), F.lit(1000000))
+        / 100
+    )
     status = F.element_at(
         F.array(*[F.lit(s) for s in STATUSES]),
-        (F.pmod(F.xxhash64(F.lit(spec.seed), F.lit("s"), F.lit(hour), F.col("id")), F.lit(len(STATUSES))) + 1).cast(
-            "int"
-        ),
+        (
+            F.pmod(
+                F.xxhash64(F.lit(spec.seed), F.lit("s"), F.lit(hour), F.col("id")),
+                F.lit(len(STATUSES)),
+            )
+            + 1
+        ).cast("int"),
     )
     key_only = (F.col("FLAG") == "D") & F.lit(spec.key_only_deletes)
     rows = ids.filter(~dead & flag.isNotNull()).select(
@@ -95,9 +113,15 @@ def _hour_changes(spark: SparkSession, spec: ChangeSpec, hour: int, start: datet
         flag.alias("FLAG"),
         (F.col("id") / spec.lines_per_order).cast("bigint").alias("ORDER_ID"),
         F.pmod(F.col("id"), F.lit(spec.lines_per_order)).cast("int").alias("LINE_NO"),
-        (F.pmod(F.xxhash64(F.lit(spec.seed), F.lit("c"), F.col("id")), F.lit(100000))).alias("CUSTOMER_ID"),
-        F.format_string("%02d/%02d/%04d", F.pmod(F.col("id"), F.lit(12)) + 1, F.pmod(F.col("id"), F.lit(28)) + 1,
-                        year).alias("CREATE_DATE"),
+        (F.pmod(F.xxhash64(F.lit(spec.seed), F.lit("c"), F.col("id")), F.lit(100000))).alias(
+            "CUSTOMER_ID"
+        ),
+        F.format_string(
+            "%02d/%02d/%04d",
+            F.pmod(F.col("id"), F.lit(12)) + 1,
+            F.pmod(F.col("id"), F.lit(28)) + 1,
+            year,
+        ).alias("CREATE_DATE"),
         amount.cast("decimal(12,2)").alias("AMOUNT"),
         status.alias("STATUS"),
         (hour_start + F.make_interval(secs=second.cast("int"))).alias("CDC_TIMESTAMP"),
@@ -107,8 +131,10 @@ def _hour_changes(spark: SparkSession, spec: ChangeSpec, hour: int, start: datet
         "FLAG",
         "ORDER_ID",
         "LINE_NO",
-        *[F.when(key_only, F.lit(None)).otherwise(F.col(c)).alias(c)
-          for c in ("CUSTOMER_ID", "CREATE_DATE", "AMOUNT", "STATUS")],
+        *[
+            F.when(key_only, F.lit(None)).otherwise(F.col(c)).alias(c)
+            for c in ("CUSTOMER_ID", "CREATE_DATE", "AMOUNT", "STATUS")
+        ],
         "CDC_TIMESTAMP",
     )
     late = _chance(spec, "late", hour, spec.late_pct) & F.lit(hour > 0)
@@ -118,7 +144,12 @@ def _hour_changes(spark: SparkSession, spec: ChangeSpec, hour: int, start: datet
 
 
 def generate_orders(
-    spark: SparkSession, spec: ChangeSpec, landing_table_dir: Path, start: datetime, hours: int, file_format: str
+    spark: SparkSession,
+    spec: ChangeSpec,
+    landing_table_dir: Path,
+    start: datetime,
+    hours: int,
+    file_format: str,
 ) -> int:
     """Write `hours` hours of orders changes from `start` into the table's landing folder; rows written."""
     frames = [_hour_changes(spark, spec, h, start) for h in range(hours)]
@@ -127,12 +158,20 @@ def generate_orders(
         changes = changes.unionByName(frame)
     changes = changes.filter(F.col("landing_hour") < hours)
     columns = ["FLAG", *ORDERS_COLUMNS]
-    return write_landing(spark, changes, columns, landing_table_dir, start, file_format, spec.files_per_hour)
+    return write_landing(
+        spark, changes, columns, landing_table_dir, start, file_format, spec.files_per_hour
+    )
 
 
 def generate_events(
-    spark: SparkSession, landing_table_dir: Path, start: datetime, hours: int, per_hour: int,
-    duplicate_pct: float = 5.0, seed: int = 11, file_format: str = "json",
+    spark: SparkSession,
+    landing_table_dir: Path,
+    start: datetime,
+    hours: int,
+    per_hour: int,
+    duplicate_pct: float = 5.0,
+    seed: int = 11,
+    file_format: str = "json",
 ) -> int:
     """Insert-only device events: `per_hour` events an hour, some re-sent (exact duplicates)."""
     spec = ChangeSpec(seed=seed)
@@ -141,13 +180,18 @@ def generate_events(
     events = ids.select(
         "id",
         F.lit("I").alias("FLAG"),
-        F.sha2(F.concat_ws("-", F.lit(seed), F.col("id").cast("string")), 256).substr(1, 16).alias("EVENT_ID"),
+        F.sha2(F.concat_ws("-", F.lit(seed), F.col("id").cast("string")), 256)
+        .substr(1, 16)
+        .alias("EVENT_ID"),
         F.pmod(F.xxhash64(F.lit(seed), F.lit("dev"), F.col("id")), F.lit(50)).alias("DEVICE_ID"),
-        (F.lit(start).cast("timestamp") + F.make_interval(hours=F.col("hour"), secs=second.cast("int"))).alias(
-            "EVENT_TIME"
-        ),
-        F.element_at(F.array(F.lit("click"), F.lit("view"), F.lit("buy")),
-                     (F.pmod(F.col("id"), F.lit(3)) + 1).cast("int")).alias("EVENT_TYPE"),
+        (
+            F.lit(start).cast("timestamp")
+            + F.make_interval(hours=F.col("hour"), secs=second.cast("int"))
+        ).alias("EVENT_TIME"),
+        F.element_at(
+            F.array(F.lit("click"), F.lit("view"), F.lit("buy")),
+            (F.pmod(F.col("id"), F.lit(3)) + 1).cast("int"),
+        ).alias("EVENT_TYPE"),
         F.col("hour").alias("landing_hour"),
     )
     events = events.unionByName(events.filter(_chance(spec, "dup", 0, duplicate_pct)))
@@ -156,22 +200,34 @@ def generate_events(
 
 
 def write_landing(
-    spark: SparkSession, rows: DataFrame, columns: list[str], table_dir: Path, start: datetime,
-    file_format: str, files_per_hour: int,
+    spark: SparkSession,
+    rows: DataFrame,
+    columns: list[str],
+    table_dir: Path,
+    start: datetime,
+    file_format: str,
+    files_per_hour: int,
 ) -> int:
     """Write rows into dt=/hr= folders under deterministic names part-00000.<ext>, replacing old ones."""
     hour_start = F.lit(start).cast("timestamp") + F.make_interval(hours=F.col("landing_hour"))
-    out = rows.select(
-        *columns,
-        F.date_format(hour_start, "yyyy-MM-dd").alias("dt"),
-        F.date_format(hour_start, "HH").alias("hr"),
-        F.col("id").alias("__order"),
-    ).repartition(files_per_hour, "dt", "hr", "__order").sortWithinPartitions("dt", "hr", "__order").drop("__order")
+    out = (
+        rows.select(
+            *columns,
+            F.date_format(hour_start, "yyyy-MM-dd").alias("dt"),
+            F.date_format(hour_start, "HH").alias("hr"),
+            F.col("id").alias("__order"),
+        )
+        .repartition(files_per_hour, "dt", "hr", "__order")
+        .sortWithinPartitions("dt", "hr", "__order")
+        .drop("__order")
+    )
     tmp = table_dir.parent / f".{table_dir.name}.generating"
     shutil.rmtree(tmp, ignore_errors=True)
     writer = out.write.partitionBy("dt", "hr").mode("overwrite")
     if file_format == "csv":
-        writer.option("header", "true").option("timestampFormat", "yyyy-MM-dd HH:mm:ss").csv(str(tmp))
+        writer.option("header", "true").option("timestampFormat", "yyyy-MM-dd HH:mm:ss").csv(
+            str(tmp)
+        )
     elif file_format == "json":
         writer.option("timestampFormat", "yyyy-MM-dd'T'HH:mm:ss'Z'").json(str(tmp))
     else:

@@ -21,8 +21,12 @@ def partitions_needing_optimize(snapshot: delta.Snapshot) -> list[str | None] | 
     if not snapshot.partition_columns:
         return None
     column = snapshot.partition_columns[0]
-    counts = Counter(delta.partition_value_string(f.partition_values.get(column)) for f in snapshot.files)
-    return sorted((value for value, n in counts.items() if n > 1), key=lambda v: (v is None, v or ""))
+    counts = Counter(
+        delta.partition_value_string(f.partition_values.get(column)) for f in snapshot.files
+    )
+    return sorted(
+        (value for value, n in counts.items() if n > 1), key=lambda v: (v is None, v or "")
+    )
 
 
 def optimize_table(path: Path, zorder_by: Sequence[str] = ()) -> tuple[int, int, int]:
@@ -48,7 +52,9 @@ def optimize_table(path: Path, zorder_by: Sequence[str] = ()) -> tuple[int, int,
             continue
         after = len(delta.load_snapshot(path).files)
         return before, after, len(needy) if needy is not None else 1
-    raise ConcurrentWriteError(f"{path}: optimize kept conflicting with other writers; run it again")
+    raise ConcurrentWriteError(
+        f"{path}: optimize kept conflicting with other writers; run it again"
+    )
 
 
 def checkpoint(path: Path) -> None:
@@ -63,9 +69,14 @@ def run_optimize(context: StepContext) -> StepReport:
     table, paths = context.table, context.paths
     report = StepReport("optimize", table.name)
     before, after, partitions = optimize_table(paths.final, table.zorder_by)
-    report.counts.update(final_files_before=before, final_files_after=after, partitions_optimized=partitions)
-    for name, path in (("staging", paths.staging), ("quarantine", paths.quarantine),
-                       ("tombstones", paths.tombstones)):
+    report.counts.update(
+        final_files_before=before, final_files_after=after, partitions_optimized=partitions
+    )
+    for name, path in (
+        ("staging", paths.staging),
+        ("quarantine", paths.quarantine),
+        ("tombstones", paths.tombstones),
+    ):
         before, after, _ = optimize_table(path)
         report.counts[f"{name}_files"] = f"{before}->{after}"
     for path in (paths.final, paths.staging):

@@ -104,7 +104,9 @@ def plan_rewrite(
         touched = None
         final_rows = delta.read_snapshot(spark, final)
     current = final_rows.join(keys_df, on=keys, how="left_semi")
-    remembered = delta.read_snapshot(spark, tombstones).join(F.broadcast(keys_df), on=keys, how="left_semi")
+    remembered = delta.read_snapshot(spark, tombstones).join(
+        F.broadcast(keys_df), on=keys, how="left_semi"
+    )
     candidates = (
         changes.select(*change_columns)
         .unionByName(_as_changes(current, change_columns, "U"))
@@ -125,7 +127,9 @@ def plan_rewrite(
     return Plan(touched, rows, new_tombstones)
 
 
-def _partition_filters(table: TableConfig, touched: set[Any] | None) -> list[tuple[str, str, Any]] | None:
+def _partition_filters(
+    table: TableConfig, touched: set[Any] | None
+) -> list[tuple[str, str, Any]] | None:
     if touched is None or table.partition_column is None:
         return None
     values = sorted(v for v in (delta.partition_value_string(t) for t in touched) if v is not None)
@@ -147,7 +151,9 @@ def _append_tombstones(context: StepContext, tombstones_path: Any, frame: DataFr
             delta.sleep_before_retry(attempt)
             continue
         return written.rows
-    raise ConcurrentWriteError(f"table {context.table.name}: could not append tombstones; run the step again")
+    raise ConcurrentWriteError(
+        f"table {context.table.name}: could not append tombstones; run the step again"
+    )
 
 
 def apply_changes(context: StepContext, changes: DataFrame, report: StepReport) -> None:
@@ -167,14 +173,23 @@ def apply_changes(context: StepContext, changes: DataFrame, report: StepReport) 
             plan = plan_rewrite(context, changes, keys_df, final, tombstones)
             tombstones_added += _append_tombstones(context, paths.tombstones, plan.new_tombstones)
             if plan.touched is not None and not plan.touched:
-                report.counts.update(partitions_rewritten=0, rows_written=0, final_version=final.version)
+                report.counts.update(
+                    partitions_rewritten=0, rows_written=0, final_version=final.version
+                )
                 break
             run_id = delta.new_run_id()
-            written = delta.write_files(plan.rows, paths.final, partition_by, run_id, table.zorder_by)
+            written = delta.write_files(
+                plan.rows, paths.final, partition_by, run_id, table.zorder_by
+            )
             delta.inject_fault("overwrite_final:before_commit")
             try:
                 result = delta.commit(
-                    final, written, "overwrite", "overwrite_final", run_id, _partition_filters(table, plan.touched)
+                    final,
+                    written,
+                    "overwrite",
+                    "overwrite_final",
+                    run_id,
+                    _partition_filters(table, plan.touched),
                 )
             except CommitFailedError:
                 written.delete()
@@ -208,7 +223,9 @@ def append_inserts(context: StepContext, changes: DataFrame, report: StepReport)
     partition_by = [table.partition_column] if table.partition_column else []
     delta.ensure_table(paths.final, final_schema(changes.schema), partition_by)
     identity = [*table.keys, *table.sequence_by]
-    fresh_candidates = latest_arrival_per_key_and_sequence(changes, table.keys, table.sequence_by).drop(FLAG)
+    fresh_candidates = latest_arrival_per_key_and_sequence(
+        changes, table.keys, table.sequence_by
+    ).drop(FLAG)
     partitions = (
         {row[0] for row in changes.select(table.partition_column).distinct().collect()}  # metadata
         if table.partition_column
@@ -220,7 +237,9 @@ def append_inserts(context: StepContext, changes: DataFrame, report: StepReport)
         fresh = fresh_candidates.join(existing, on=identity, how="left_anti")
         run_id = delta.new_run_id()
         written = delta.write_files(fresh, paths.final, partition_by, run_id, table.zorder_by)
-        report.counts.update(rows_written=written.rows, partitions_rewritten=0, final_version=final.version)
+        report.counts.update(
+            rows_written=written.rows, partitions_rewritten=0, final_version=final.version
+        )
         if not written.actions:
             break
         delta.inject_fault("overwrite_final:before_commit")
@@ -251,10 +270,17 @@ def remove_duplicate_events(context: StepContext, partitions: set[Any] | None) -
             return final.version
         deduplicated = latest_arrival_per_key_and_sequence(rows, table.keys, table.sequence_by)
         run_id = delta.new_run_id()
-        written = delta.write_files(deduplicated, paths.final, partition_by, run_id, table.zorder_by)
+        written = delta.write_files(
+            deduplicated, paths.final, partition_by, run_id, table.zorder_by
+        )
         try:
             result = delta.commit(
-                final, written, "overwrite", "deduplicate", run_id, _partition_filters(table, partitions)
+                final,
+                written,
+                "overwrite",
+                "deduplicate",
+                run_id,
+                _partition_filters(table, partitions),
             )
         except CommitFailedError:
             written.delete()
@@ -262,7 +288,9 @@ def remove_duplicate_events(context: StepContext, partitions: set[Any] | None) -
             continue
         if not result.interfering_versions:
             return result.version
-    raise ConcurrentWriteError(f"table {table.name}: could not remove duplicate events; run the step again")
+    raise ConcurrentWriteError(
+        f"table {table.name}: could not remove duplicate events; run the step again"
+    )
 
 
 def run_overwrite_final(context: StepContext, interval: Interval) -> StepReport:
@@ -273,8 +301,9 @@ def run_overwrite_final(context: StepContext, interval: Interval) -> StepReport:
     batches = interval.batch_ids()
     if not staging.exists or not staging.files_in(batches):
         final = delta.load_snapshot(paths.final)
-        report.counts.update(changes=0, keys=0, partitions_rewritten=0, rows_written=0,
-                             final_version=final.version)
+        report.counts.update(
+            changes=0, keys=0, partitions_rewritten=0, rows_written=0, final_version=final.version
+        )
         return report
     changes = delta.read_snapshot(context.spark, staging, partitions=batches).persist()
     try:

@@ -40,7 +40,9 @@ def compacted_staging(context: StepContext, staging: delta.Snapshot) -> DataFram
         candidates = candidates.unionByName(_as_changes(current, columns, "U"))
     tombstones = delta.load_snapshot(paths.tombstones)
     if tombstones.exists:
-        candidates = candidates.unionByName(_as_changes(delta.read_snapshot(spark, tombstones), columns, "D"))
+        candidates = candidates.unionByName(
+            _as_changes(delta.read_snapshot(spark, tombstones), columns, "D")
+        )
     return latest_change_per_key(candidates, table.keys, table.sequence_by).select(*columns)
 
 
@@ -69,7 +71,9 @@ def run_reset_staging(context: StepContext) -> StepReport:
             staging_version=result.version,
         )
         return report
-    raise ConcurrentWriteError(f"table {context.table.name}: reset-staging kept conflicting; run it again")
+    raise ConcurrentWriteError(
+        f"table {context.table.name}: reset-staging kept conflicting; run it again"
+    )
 
 
 def reset_staging_step(context: StepContext, args: StepArgs) -> StepReport:

@@ -11,10 +11,10 @@ from pathlib import Path
 import pyarrow as pa
 from deltalake import write_deltalake
 from deltalake.exceptions import CommitFailedError
+from pyspark.errors import AnalysisException
 from pyspark.sql import DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 from pyspark.sql.types import StringType, StructField, StructType
-from pyspark.errors import AnalysisException
 
 from cdc_pipeline.config import TableConfig
 from cdc_pipeline.errors import ConfigError, InputError
@@ -28,7 +28,6 @@ from spark_jobs.transforms import (
     CORRUPT,
     FILE,
     FLAG,
-    RAW,
     REASON,
     ROW,
     good_changes,
@@ -68,7 +67,9 @@ class LandingFile:
         return (self.batch, self.path.name)
 
 
-def list_landing_files(paths: TablePaths, interval: Interval, file_format: str) -> list[LandingFile]:
+def list_landing_files(
+    paths: TablePaths, interval: Interval, file_format: str
+) -> list[LandingFile]:
     """Every change file in the hour folders of the interval, in arrival order."""
     found = []
     for hour in interval.hours():
@@ -87,10 +88,16 @@ def _with_arrival(df: DataFrame, row_position: str) -> DataFrame:
     """Add `_cdc_batch` (from the dt=/hr= folder), `_cdc_file` and `_cdc_row` to a file scan."""
     path = F.col("_metadata.file_path")
     pattern = r"dt=(\d{4}-\d{2}-\d{2})/hr=(\d{2})/[^/]*$"
-    batch = F.concat(F.regexp_extract(path, pattern, 1), F.lit("T"), F.regexp_extract(path, pattern, 2))
+    batch = F.concat(
+        F.regexp_extract(path, pattern, 1), F.lit("T"), F.regexp_extract(path, pattern, 2)
+    )
     if row_position == "row_index":
-        return df.select("*", batch.alias(BATCH), F.col("_metadata.file_name").alias(FILE),
-                         F.col("_metadata.row_index").alias(ROW))
+        return df.select(
+            "*",
+            batch.alias(BATCH),
+            F.col("_metadata.file_name").alias(FILE),
+            F.col("_metadata.row_index").alias(ROW),
+        )
     # Text formats have no row index: order each file's rows by split offset, then by the
     # scan's increasing id (increasing within a split), and number them.
     scanned = df.select(
@@ -102,7 +109,9 @@ def _with_arrival(df: DataFrame, row_position: str) -> DataFrame:
         F.monotonically_increasing_id().alias("__scan_id"),
     )
     window = Window.partitionBy("__path").orderBy("__block", "__scan_id")
-    return scanned.withColumn(ROW, F.row_number().over(window) - 1).drop("__path", "__block", "__scan_id")
+    return scanned.withColumn(ROW, F.row_number().over(window) - 1).drop(
+        "__path", "__block", "__scan_id"
+    )
 
 
 def _csv_header(path: Path) -> tuple[str, ...]:
@@ -112,7 +121,9 @@ def _csv_header(path: Path) -> tuple[str, ...]:
     return tuple(name.strip().strip('"') for name in first.split(",")) if first else ()
 
 
-def read_landing(spark: SparkSession, table: TableConfig, files: Sequence[LandingFile]) -> DataFrame:
+def read_landing(
+    spark: SparkSession, table: TableConfig, files: Sequence[LandingFile]
+) -> DataFrame:
     """The change rows of `files` as read (csv/json values as strings) with arrival columns."""
     paths = [str(f.path) for f in files]
     if table.file_format == "parquet":
@@ -121,8 +132,10 @@ def read_landing(spark: SparkSession, table: TableConfig, files: Sequence[Landin
     if table.file_format == "json":
         schema = StructType([StructField(c, StringType(), True) for c in declared])
         schema.add(StructField(CORRUPT, StringType(), True))
-        reader = spark.read.schema(schema).option("mode", "PERMISSIVE").option(
-            "columnNameOfCorruptRecord", CORRUPT
+        reader = (
+            spark.read.schema(schema)
+            .option("mode", "PERMISSIVE")
+            .option("columnNameOfCorruptRecord", CORRUPT)
         )
         return _with_arrival(reader.json(paths), "scan")
     # CSV: group the files by header so each file's columns are matched by name, not position.
@@ -134,7 +147,12 @@ def read_landing(spark: SparkSession, table: TableConfig, files: Sequence[Landin
         if not header:
             continue
         schema = StructType([StructField(c, StringType(), True) for c in header])
-        frame = spark.read.schema(schema).option("header", "true").option("enforceSchema", "true").csv(group)
+        frame = (
+            spark.read.schema(schema)
+            .option("header", "true")
+            .option("enforceSchema", "true")
+            .csv(group)
+        )
         frames.append(_with_arrival(frame, "scan"))
     if not frames:
         raise InputError(f"table {table.name}: the CSV files of the interval have no header line")
@@ -150,7 +168,11 @@ def column_types_for(table: TableConfig, raw: DataFrame, staging: delta.Snapshot
         return dict(table.columns)
     if staging.schema is not None:
         technical = {*ARRIVAL, FLAG, table.partition_column}
-        return {f.name: f.dataType.simpleString() for f in staging.schema.fields if f.name not in technical}
+        return {
+            f.name: f.dataType.simpleString()
+            for f in staging.schema.fields
+            if f.name not in technical
+        }
     skip = {table.flag_column, *ARRIVAL, CORRUPT}
     return {f.name: f.dataType.simpleString() for f in raw.schema.fields if f.name not in skip}
 
@@ -161,7 +183,9 @@ def staging_columns(table: TableConfig, column_types: dict[str, str]) -> list[st
     return [*column_types, *partition, FLAG, *ARRIVAL]
 
 
-def _files_in(spark: SparkSession, snapshot: delta.Snapshot, batches: Sequence[str]) -> set[tuple[str, str]]:
+def _files_in(
+    spark: SparkSession, snapshot: delta.Snapshot, batches: Sequence[str]
+) -> set[tuple[str, str]]:
     """(batch, file) pairs that have rows in a staging-like table (partitioned by `_cdc_batch`)."""
     if not snapshot.exists or not snapshot.files_in(batches):
         return set()
@@ -169,14 +193,22 @@ def _files_in(spark: SparkSession, snapshot: delta.Snapshot, batches: Sequence[s
     return {(r[BATCH], r[FILE]) for r in rows}
 
 
-def read_snapshot_distinct_files(spark: SparkSession, snapshot: delta.Snapshot, batches: Sequence[str]) -> list:
+def read_snapshot_distinct_files(
+    spark: SparkSession, snapshot: delta.Snapshot, batches: Sequence[str]
+) -> list:
     """Distinct (batch, file) of the given batches; a small metadata result."""
     frame = delta.read_snapshot(spark, snapshot, partitions=batches, columns=[BATCH, FILE])
     return frame.distinct().collect()  # metadata: one row per file
 
 
-def _commit_append(path: Path, frame: DataFrame, schema: StructType, partition_by: list[str],
-                   step: str, fault_point: str) -> tuple[int, int]:
+def _commit_append(
+    path: Path,
+    frame: DataFrame,
+    schema: StructType,
+    partition_by: list[str],
+    step: str,
+    fault_point: str,
+) -> tuple[int, int]:
     """Append `frame` to the table at `path` (created if needed); returns (rows, version)."""
     delta.ensure_table(path, schema, partition_by)
     for attempt in range(1, MAX_COMMIT_ATTEMPTS + 1):
@@ -211,7 +243,9 @@ def run_stage(context: StepContext, interval: Interval) -> StepReport:
     report = StepReport("stage", table.name, str(interval))
     landing = list_landing_files(paths, interval, table.file_format)
     batches = sorted({f.batch for f in landing})
-    ledger = {(r["batch"], r["file"]) for r in delta.arrow_table_rows(paths.ledger, ["batch", "file"])}
+    ledger = {
+        (r["batch"], r["file"]) for r in delta.arrow_table_rows(paths.ledger, ["batch", "file"])
+    }
     pending = [f for f in landing if f.ident not in ledger]
     counts = report.counts
     counts.update(files=len(landing), new_files=len(pending), rows_read=0, staged=0, quarantined=0)
@@ -233,19 +267,21 @@ def run_stage(context: StepContext, interval: Interval) -> StepReport:
         )
     try:
         typed = type_changes(raw, table, column_types, flag_present).persist()
-        per_file = typed.groupBy(BATCH, FILE).agg(
-            F.sum(F.when(F.col(REASON).isNull(), 1).otherwise(0)).alias("good"),
-            F.sum(F.when(F.col(REASON).isNotNull(), 1).otherwise(0)).alias("bad"),
-        ).collect()  # metadata: one row per file
+        per_file = (
+            typed.groupBy(BATCH, FILE)
+            .agg(
+                F.sum(F.when(F.col(REASON).isNull(), 1).otherwise(0)).alias("good"),
+                F.sum(F.when(F.col(REASON).isNotNull(), 1).otherwise(0)).alias("bad"),
+            )
+            .collect()
+        )  # metadata: one row per file
     except AnalysisException as error:
         message = str(error).strip().splitlines()[0]
         raise ConfigError(f"table {table.name}: partition_expression: {message}") from None
     file_key = F.concat_ws("/", F.col(BATCH), F.col(FILE))
     columns = staging_columns(table, column_types)
     _check_staging_schema(table, staging, typed.select(*columns).schema)
-    good = good_changes(typed, columns).filter(
-        ~file_key.isin([f"{b}/{n}" for b, n in in_staging])
-    )
+    good = good_changes(typed, columns).filter(~file_key.isin([f"{b}/{n}" for b, n in in_staging]))
     bad = quarantined_changes(typed, table, column_types).filter(
         ~file_key.isin([f"{b}/{n}" for b, n in in_quarantine])
     )
@@ -260,17 +296,32 @@ def run_stage(context: StepContext, interval: Interval) -> StepReport:
     now = datetime.now(UTC)
     run_id = delta.new_run_id()
     ledger_rows = [
-        {"batch": r[BATCH], "file": r[FILE], "rows_staged": int(r["good"]), "rows_quarantined": int(r["bad"]),
-         "staged_at": now, "run_id": run_id}
+        {
+            "batch": r[BATCH],
+            "file": r[FILE],
+            "rows_staged": int(r["good"]),
+            "rows_quarantined": int(r["bad"]),
+            "staged_at": now,
+            "run_id": run_id,
+        }
         for r in per_file
     ]
     done = {(r[BATCH], r[FILE]) for r in per_file}
     ledger_rows += [
-        {"batch": f.batch, "file": f.name, "rows_staged": 0, "rows_quarantined": 0, "staged_at": now,
-         "run_id": run_id}
-        for f in pending if f.ident not in done
+        {
+            "batch": f.batch,
+            "file": f.name,
+            "rows_staged": 0,
+            "rows_quarantined": 0,
+            "staged_at": now,
+            "run_id": run_id,
+        }
+        for f in pending
+        if f.ident not in done
     ]
-    write_deltalake(str(paths.ledger), pa.Table.from_pylist(ledger_rows, LEDGER_SCHEMA), mode="append")
+    write_deltalake(
+        str(paths.ledger), pa.Table.from_pylist(ledger_rows, LEDGER_SCHEMA), mode="append"
+    )
     counts.update(
         rows_read=sum(int(r["good"]) + int(r["bad"]) for r in per_file),
         staged=staged,
@@ -281,7 +332,9 @@ def run_stage(context: StepContext, interval: Interval) -> StepReport:
     return report
 
 
-def _check_staging_schema(table: TableConfig, staging: delta.Snapshot, incoming: StructType) -> None:
+def _check_staging_schema(
+    table: TableConfig, staging: delta.Snapshot, incoming: StructType
+) -> None:
     """Refuse a batch whose columns or types differ from staging's (nothing is written)."""
     if staging.schema is None:
         return

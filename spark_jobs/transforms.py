@@ -61,7 +61,9 @@ def type_changes(
     return typed.withColumn(REASON, quarantine_reason(table, column_types, typed.columns))
 
 
-def quarantine_reason(table: TableConfig, column_types: dict[str, str], columns: Sequence[str]) -> Column:
+def quarantine_reason(
+    table: TableConfig, column_types: dict[str, str], columns: Sequence[str]
+) -> Column:
     """Why a typed change row cannot be applied, or null when it can; the first problem wins."""
     checks: list[Column] = [
         F.when(F.col(RAW).isNotNull(), F.lit("malformed line: not a JSON object")),
@@ -112,7 +114,9 @@ def good_changes(typed: DataFrame, staging_columns: Sequence[str]) -> DataFrame:
     return typed.filter(F.col(REASON).isNull()).select(*[F.col(c) for c in staging_columns])
 
 
-def quarantined_changes(typed: DataFrame, table: TableConfig, column_types: dict[str, str]) -> DataFrame:
+def quarantined_changes(
+    typed: DataFrame, table: TableConfig, column_types: dict[str, str]
+) -> DataFrame:
     """Rows with a problem: their raw values as strings, the reason and where they came from."""
     raw_columns = [*column_types, table.flag_column]
     return typed.filter(F.col(REASON).isNotNull()).select(
@@ -128,7 +132,9 @@ def arrival_order() -> list[Column]:
     return [F.col(c).desc() for c in ARRIVAL]
 
 
-def latest_change_per_key(changes: DataFrame, keys: Sequence[str], sequence_by: Sequence[str]) -> DataFrame:
+def latest_change_per_key(
+    changes: DataFrame, keys: Sequence[str], sequence_by: Sequence[str]
+) -> DataFrame:
     """The latest change of every key: ROW_NUMBER over keys ORDER BY sequence_by DESC, arrival DESC."""
     order = [F.col(c).desc() for c in sequence_by] + arrival_order()
     if FLAG in changes.columns:
@@ -147,7 +153,9 @@ def latest_arrival_per_key_and_sequence(
     changes: DataFrame, keys: Sequence[str], sequence_by: Sequence[str]
 ) -> DataFrame:
     """One row per (key, sequence): the latest arrival, for insert-only tables."""
-    window = Window.partitionBy(*[F.col(c) for c in [*keys, *sequence_by]]).orderBy(*arrival_order())
+    window = Window.partitionBy(*[F.col(c) for c in [*keys, *sequence_by]]).orderBy(
+        *arrival_order()
+    )
     return (
         changes.withColumn("_cdc_rank", F.row_number().over(window))
         .filter(F.col("_cdc_rank") == 1)

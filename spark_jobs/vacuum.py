@@ -27,13 +27,19 @@ def run_vacuum(context: StepContext, retention_hours: int | None, force: bool) -
         )
     report = StepReport("vacuum", table.name)
     report.counts["retention_hours"] = hours
-    for name, path in (("final", paths.final), ("staging", paths.staging), ("quarantine", paths.quarantine),
-                       ("tombstones", paths.tombstones), ("ledger", paths.ledger)):
+    for name, path in (
+        ("final", paths.final),
+        ("staging", paths.staging),
+        ("quarantine", paths.quarantine),
+        ("tombstones", paths.tombstones),
+        ("ledger", paths.ledger),
+    ):
         snapshot = delta.load_snapshot(path)
         if snapshot.table is None:
             continue
+        # full: also files never committed (left by a crashed run), not only removed ones.
         deleted = snapshot.table.vacuum(
-            retention_hours=hours, dry_run=False, enforce_retention_duration=not force
+            retention_hours=hours, dry_run=False, enforce_retention_duration=not force, full=True
         )
         report.counts[f"{name}_files_deleted"] = len(deleted) + remove_abandoned_writes(path, hours)
     return report

@@ -50,8 +50,15 @@ class Workspace:
     def paths(self, table: str) -> TablePaths:
         return TablePaths(table, self.landing, self.warehouse)
 
-    def land(self, table: str, hour: str, name: str, rows: list[dict[str, Any]], file_format: str = "csv",
-             columns: list[str] | None = None) -> Path:
+    def land(
+        self,
+        table: str,
+        hour: str,
+        name: str,
+        rows: list[dict[str, Any]],
+        file_format: str = "csv",
+        columns: list[str] | None = None,
+    ) -> Path:
         """Write one change file into the hour folder of `hour` (e.g. '2024-01-01T05')."""
         when = parse_timestamp(hour + ":00:00Z" if len(hour) == 13 else hour)
         folder = self.landing / table / when.strftime("dt=%Y-%m-%d/hr=%H")
@@ -65,7 +72,11 @@ class Workspace:
                 for row in rows:
                     writer.writerow(["" if row.get(c) is None else row.get(c) for c in names])
         elif file_format == "json":
-            path.write_text("".join(json.dumps({k: v for k, v in r.items() if v is not None}) + "\n" for r in rows))
+            path.write_text(
+                "".join(
+                    json.dumps({k: v for k, v in r.items() if v is not None}) + "\n" for r in rows
+                )
+            )
         else:
             pq.write_table(pa.Table.from_pylist(rows), path)
         return path
@@ -73,8 +84,10 @@ class Workspace:
 
 def interval(start: str, end: str) -> Interval:
     """Interval from short strings like '2024-01-01T05' (hour) or full ISO timestamps."""
+
     def full(text: str) -> str:
         return text + ":00:00Z" if len(text) == 13 else text
+
     return Interval.parse(full(start), full(end))
 
 
@@ -87,7 +100,9 @@ def table_rows(path: Path, columns: list[str] | None = None) -> list[tuple[Any, 
 
 def file_paths(path: Path) -> set[str]:
     """The data files of a Delta table's current version."""
-    return set(pa.table(DeltaTable(str(path)).get_add_actions(flatten=True)).column("path").to_pylist())
+    return set(
+        pa.table(DeltaTable(str(path)).get_add_actions(flatten=True)).column("path").to_pylist()
+    )
 
 
 def files_by_partition(path: Path, column: str) -> dict[Any, set[str]]:

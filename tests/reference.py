@@ -22,7 +22,10 @@ def landed_changes(table_dir: Path) -> list[dict[str, Any]]:
             records = pq.read_table(path).to_pylist()
         elif path.suffix == ".csv":
             with path.open() as handle:
-                records = [{k: (v if v != "" else None) for k, v in r.items()} for r in csv.DictReader(handle)]
+                records = [
+                    {k: (v if v != "" else None) for k, v in r.items()}
+                    for r in csv.DictReader(handle)
+                ]
         else:
             records = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
         for position, record in enumerate(records):
@@ -31,7 +34,9 @@ def landed_changes(table_dir: Path) -> list[dict[str, Any]]:
 
 
 def latest_state(
-    changes: Iterable[dict[str, Any]], keys: list[str], sequence: Callable[[dict[str, Any]], tuple[Any, ...]],
+    changes: Iterable[dict[str, Any]],
+    keys: list[str],
+    sequence: Callable[[dict[str, Any]], tuple[Any, ...]],
     flag: str = "FLAG",
 ) -> dict[tuple[Any, ...], dict[str, Any]]:
     """key -> latest row by (sequence, arrival); keys whose latest change is D are absent."""

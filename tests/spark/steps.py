@@ -15,7 +15,9 @@ def context(spark: Any, ws: Workspace, table: TableConfig) -> StepContext:
     return StepContext(spark, table, ws.paths(table.name))
 
 
-def run(spark: Any, ws: Workspace, table: TableConfig, start: str, end: str) -> tuple[StepReport, StepReport]:
+def run(
+    spark: Any, ws: Workspace, table: TableConfig, start: str, end: str
+) -> tuple[StepReport, StepReport]:
     """stage + overwrite-final of [start, end)."""
     ctx = context(spark, ws, table)
     window = interval(start, end)

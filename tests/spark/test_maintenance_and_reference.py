@@ -28,7 +28,15 @@ ORDERS = {
 }
 START = datetime(2024, 1, 1, tzinfo=UTC)
 HOURS = 5
-VALUE_COLUMNS = ["ORDER_ID", "LINE_NO", "CUSTOMER_ID", "CREATE_DATE", "AMOUNT", "STATUS", "CDC_TIMESTAMP"]
+VALUE_COLUMNS = [
+    "ORDER_ID",
+    "LINE_NO",
+    "CUSTOMER_ID",
+    "CREATE_DATE",
+    "AMOUNT",
+    "STATUS",
+    "CDC_TIMESTAMP",
+]
 
 
 def data_files_on_disk(table_path) -> set[str]:
@@ -41,33 +49,56 @@ def hour_text(offset: int) -> str:
 
 
 def expected_orders(workspace: Workspace) -> list[tuple]:
-    state = latest_state(landed_changes(workspace.landing / "orders"), ["ORDER_ID", "LINE_NO"],
-                         lambda c: (c["CDC_TIMESTAMP"],))
+    state = latest_state(
+        landed_changes(workspace.landing / "orders"),
+        ["ORDER_ID", "LINE_NO"],
+        lambda c: (c["CDC_TIMESTAMP"],),
+    )
     return sorted(
-        (tuple(r[c] for c in VALUE_COLUMNS) + (int(r["CREATE_DATE"][-4:]),) for r in state.values()), key=repr
+        (
+            (*tuple(r[c] for c in VALUE_COLUMNS), int(r["CREATE_DATE"][-4:]))
+            for r in state.values()
+        ),
+        key=repr,
     )
 
 
 @pytest.fixture
 def generated(spark, workspace: Workspace):
     table = workspace.configure(ORDERS)["orders"]
-    spec = ChangeSpec(keys=300, lines_per_order=3, update_pct=20, delete_pct=5, insert_pct=10,
-                      duplicate_pct=5, late_pct=10, move_pct=20, files_per_hour=2)
+    spec = ChangeSpec(
+        keys=300,
+        lines_per_order=3,
+        update_pct=20,
+        delete_pct=5,
+        insert_pct=10,
+        duplicate_pct=5,
+        late_pct=10,
+        move_pct=20,
+        files_per_hour=2,
+    )
     generate_orders(spark, spec, workspace.landing / "orders", START, HOURS, "parquet")
     return table
 
 
-def test_generated_stream_in_shuffled_order_matches_the_reference(spark, workspace: Workspace, generated) -> None:
+def test_generated_stream_in_shuffled_order_matches_the_reference(
+    spark, workspace: Workspace, generated
+) -> None:
     order = list(range(HOURS))
     random.Random(4).shuffle(order)
     for hour in order:
         run(spark, workspace, generated, hour_text(hour), hour_text(hour + 1))
     expected = expected_orders(workspace)
     assert len(expected) > 300
-    assert table_rows(workspace.paths("orders").final, [*VALUE_COLUMNS, "CREATE_DATE_YEAR"]) == expected
+    assert (
+        table_rows(workspace.paths("orders").final, [*VALUE_COLUMNS, "CREATE_DATE_YEAR"])
+        == expected
+    )
 
 
-def test_optimize_and_vacuum_keep_the_data_identical(spark, workspace: Workspace, generated) -> None:
+def test_optimize_and_vacuum_keep_the_data_identical(
+    spark, workspace: Workspace, generated
+) -> None:
     paths = workspace.paths("orders")
     for hour in range(HOURS):
         run(spark, workspace, generated, hour_text(hour), hour_text(hour + 1))

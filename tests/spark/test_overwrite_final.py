@@ -22,8 +22,13 @@ SEED = {
 YEARLY = {
     "name": "orders",
     "file_format": "csv",
-    "columns": {"ORDER_ID": "bigint", "LINE_NO": "int", "CREATE_DATE": "string", "AMOUNT": "decimal(10,2)",
-                "CDC_TIMESTAMP": "timestamp"},
+    "columns": {
+        "ORDER_ID": "bigint",
+        "LINE_NO": "int",
+        "CREATE_DATE": "string",
+        "AMOUNT": "decimal(10,2)",
+        "CDC_TIMESTAMP": "timestamp",
+    },
     "keys": ["ORDER_ID", "LINE_NO"],
     "sequence_by": ["CDC_TIMESTAMP"],
     "partition_expression": "year(to_date(CREATE_DATE, 'MM/dd/yyyy'))",
@@ -36,44 +41,74 @@ def row(flag: str, id_: int, value: int | None, when: str) -> dict:
 
 
 def order(flag: str, oid: int, line: int, date: str | None, amount: str | None, when: str) -> dict:
-    return {"FLAG": flag, "ORDER_ID": oid, "LINE_NO": line, "CREATE_DATE": date, "AMOUNT": amount,
-            "CDC_TIMESTAMP": when}
+    return {
+        "FLAG": flag,
+        "ORDER_ID": oid,
+        "LINE_NO": line,
+        "CREATE_DATE": date,
+        "AMOUNT": amount,
+        "CDC_TIMESTAMP": when,
+    }
 
 
 def test_seed_002_table_1_change_set(spark, workspace: Workspace) -> None:
     table = workspace.configure(SEED)["t"]
     # IDs 2 and 3 "were inserted at some point earlier".
-    workspace.land("t", "2018-01-01T15", "a.csv", [row("I", 2, 19, "2018-01-01 15:00:00"),
-                                                  row("I", 3, 30, "2018-01-01 15:00:00")])
-    workspace.land("t", "2018-01-01T16", "c.csv", [
-        row("I", 1, 10, "2018-01-01 16:02:00"),
-        row("U", 1, 11, "2018-01-01 16:02:01"),
-        row("D", 1, 11, "2018-01-01 16:02:03"),
-        row("U", 2, 20, "2018-01-01 16:02:00"),
-        row("D", 3, 30, "2018-01-01 16:02:00"),
-    ])
+    workspace.land(
+        "t",
+        "2018-01-01T15",
+        "a.csv",
+        [row("I", 2, 19, "2018-01-01 15:00:00"), row("I", 3, 30, "2018-01-01 15:00:00")],
+    )
+    workspace.land(
+        "t",
+        "2018-01-01T16",
+        "c.csv",
+        [
+            row("I", 1, 10, "2018-01-01 16:02:00"),
+            row("U", 1, 11, "2018-01-01 16:02:01"),
+            row("D", 1, 11, "2018-01-01 16:02:03"),
+            row("U", 2, 20, "2018-01-01 16:02:00"),
+            row("D", 3, 30, "2018-01-01 16:02:00"),
+        ],
+    )
     stage, apply = run(spark, workspace, table, "2018-01-01T15", "2018-01-01T17")
     assert (stage.counts["staged"], stage.counts["quarantined"]) == (7, 0)
     assert apply.counts["tombstones_added"] == 2
     paths = workspace.paths("t")
     assert table_rows(paths.final) == [(2, 20, ts("2018-01-01T16:02:00Z"))]
-    assert table_rows(paths.tombstones) == [(1, ts("2018-01-01T16:02:03Z")), (3, ts("2018-01-01T16:02:00Z"))]
+    assert table_rows(paths.tombstones) == [
+        (1, ts("2018-01-01T16:02:03Z")),
+        (3, ts("2018-01-01T16:02:00Z")),
+    ]
     assert len(table_rows(paths.staging)) == 7
 
 
 def test_composite_keys_are_distinct_records(spark, workspace: Workspace) -> None:
     table = workspace.configure(YEARLY)["orders"]
-    workspace.land("orders", "2024-01-01T00", "a.csv", [
-        order("I", 1, 1, "01/05/2023", "10.00", "2024-01-01 00:00:01"),
-        order("I", 1, 2, "01/05/2023", "20.00", "2024-01-01 00:00:01"),
-        order("I", 2, 1, "01/05/2023", "30.00", "2024-01-01 00:00:01"),
-    ])
-    workspace.land("orders", "2024-01-01T01", "a.csv", [
-        order("U", 1, 2, "01/05/2023", "21.50", "2024-01-01 01:00:00"),
-        order("D", 2, 1, None, None, "2024-01-01 01:00:00"),
-    ])
+    workspace.land(
+        "orders",
+        "2024-01-01T00",
+        "a.csv",
+        [
+            order("I", 1, 1, "01/05/2023", "10.00", "2024-01-01 00:00:01"),
+            order("I", 1, 2, "01/05/2023", "20.00", "2024-01-01 00:00:01"),
+            order("I", 2, 1, "01/05/2023", "30.00", "2024-01-01 00:00:01"),
+        ],
+    )
+    workspace.land(
+        "orders",
+        "2024-01-01T01",
+        "a.csv",
+        [
+            order("U", 1, 2, "01/05/2023", "21.50", "2024-01-01 01:00:00"),
+            order("D", 2, 1, None, None, "2024-01-01 01:00:00"),
+        ],
+    )
     run(spark, workspace, table, "2024-01-01T00", "2024-01-01T02")
-    assert table_rows(workspace.paths("orders").final, ["ORDER_ID", "LINE_NO", "AMOUNT", "CREATE_DATE_YEAR"]) == [
+    assert table_rows(
+        workspace.paths("orders").final, ["ORDER_ID", "LINE_NO", "AMOUNT", "CREATE_DATE_YEAR"]
+    ) == [
         (1, 1, Decimal("10.00"), 2023),
         (1, 2, Decimal("21.50"), 2023),
     ]
@@ -81,12 +116,17 @@ def test_composite_keys_are_distinct_records(spark, workspace: Workspace) -> Non
 
 def seed_three_years(spark, workspace: Workspace):
     table = workspace.configure(YEARLY)["orders"]
-    workspace.land("orders", "2024-01-01T00", "a.csv", [
-        order("I", 1, 1, "03/01/2015", "1.00", "2024-01-01 00:00:00"),
-        order("I", 2, 1, "03/01/2016", "2.00", "2024-01-01 00:00:00"),
-        order("I", 3, 1, "03/01/2016", "3.00", "2024-01-01 00:00:00"),
-        order("I", 4, 1, "03/01/2017", "4.00", "2024-01-01 00:00:00"),
-    ])
+    workspace.land(
+        "orders",
+        "2024-01-01T00",
+        "a.csv",
+        [
+            order("I", 1, 1, "03/01/2015", "1.00", "2024-01-01 00:00:00"),
+            order("I", 2, 1, "03/01/2016", "2.00", "2024-01-01 00:00:00"),
+            order("I", 3, 1, "03/01/2016", "3.00", "2024-01-01 00:00:00"),
+            order("I", 4, 1, "03/01/2017", "4.00", "2024-01-01 00:00:00"),
+        ],
+    )
     run(spark, workspace, table, "2024-01-01T00", "2024-01-01T01")
     return table
 
@@ -95,14 +135,22 @@ def test_only_touched_partitions_are_rewritten(spark, workspace: Workspace) -> N
     table = seed_three_years(spark, workspace)
     final = workspace.paths("orders").final
     before = files_by_partition(final, "CREATE_DATE_YEAR")
-    workspace.land("orders", "2024-01-01T01", "a.csv", [order("U", 2, 1, "03/01/2016", "2.50", "2024-01-01 01:00:00")])
+    workspace.land(
+        "orders",
+        "2024-01-01T01",
+        "a.csv",
+        [order("U", 2, 1, "03/01/2016", "2.50", "2024-01-01 01:00:00")],
+    )
     _, apply = run(spark, workspace, table, "2024-01-01T01", "2024-01-01T02")
     after = files_by_partition(final, "CREATE_DATE_YEAR")
     assert apply.counts["partitions_rewritten"] == 1
     assert after[2015] == before[2015] and after[2017] == before[2017]
     assert after[2016].isdisjoint(before[2016])
     assert table_rows(final, ["ORDER_ID", "AMOUNT", "CREATE_DATE_YEAR"]) == [
-        (1, Decimal("1.00"), 2015), (2, Decimal("2.50"), 2016), (3, Decimal("3.00"), 2016), (4, Decimal("4.00"), 2017)
+        (1, Decimal("1.00"), 2015),
+        (2, Decimal("2.50"), 2016),
+        (3, Decimal("3.00"), 2016),
+        (4, Decimal("4.00"), 2017),
     ]
 
 
@@ -110,32 +158,55 @@ def test_key_moving_partition_leaves_its_old_partition(spark, workspace: Workspa
     table = seed_three_years(spark, workspace)
     final = workspace.paths("orders").final
     before = files_by_partition(final, "CREATE_DATE_YEAR")
-    workspace.land("orders", "2024-01-01T01", "a.csv", [order("U", 1, 1, "03/01/2017", "1.10", "2024-01-01 01:00:00")])
+    workspace.land(
+        "orders",
+        "2024-01-01T01",
+        "a.csv",
+        [order("U", 1, 1, "03/01/2017", "1.10", "2024-01-01 01:00:00")],
+    )
     _, apply = run(spark, workspace, table, "2024-01-01T01", "2024-01-01T02")
     assert apply.counts["partitions_rewritten"] == 2
-    assert table_rows(final, ["ORDER_ID", "CREATE_DATE_YEAR"]) == [(1, 2017), (2, 2016), (3, 2016), (4, 2017)]
+    assert table_rows(final, ["ORDER_ID", "CREATE_DATE_YEAR"]) == [
+        (1, 2017),
+        (2, 2016),
+        (3, 2016),
+        (4, 2017),
+    ]
     after = files_by_partition(final, "CREATE_DATE_YEAR")
     assert 2015 not in after  # its only key moved away
     assert after[2016] == before[2016]
 
 
-def test_key_only_delete_rewrites_the_partition_holding_the_key(spark, workspace: Workspace) -> None:
+def test_key_only_delete_rewrites_the_partition_holding_the_key(
+    spark, workspace: Workspace
+) -> None:
     table = seed_three_years(spark, workspace)
     final = workspace.paths("orders").final
     before = files_by_partition(final, "CREATE_DATE_YEAR")
-    workspace.land("orders", "2024-01-01T01", "a.csv", [order("D", 3, 1, None, None, "2024-01-01 01:00:00")])
+    workspace.land(
+        "orders", "2024-01-01T01", "a.csv", [order("D", 3, 1, None, None, "2024-01-01 01:00:00")]
+    )
     _, apply = run(spark, workspace, table, "2024-01-01T01", "2024-01-01T02")
     after = files_by_partition(final, "CREATE_DATE_YEAR")
     assert apply.counts["partitions_rewritten"] == 1
     assert table_rows(final, ["ORDER_ID"]) == [(1,), (2,), (4,)]
-    assert after[2015] == before[2015] and after[2017] == before[2017] and after[2016] != before[2016]
+    assert (
+        after[2015] == before[2015] and after[2017] == before[2017] and after[2016] != before[2016]
+    )
 
 
 def test_rerun_changes_nothing_and_restaging_adds_nothing(spark, workspace: Workspace) -> None:
     table = seed_three_years(spark, workspace)
     paths = workspace.paths("orders")
-    workspace.land("orders", "2024-01-01T01", "a.csv", [order("D", 1, 1, None, None, "2024-01-01 01:00:00"),
-                                                       order("U", 4, 1, "03/01/2015", "4.40", "2024-01-01 01:00:01")])
+    workspace.land(
+        "orders",
+        "2024-01-01T01",
+        "a.csv",
+        [
+            order("D", 1, 1, None, None, "2024-01-01 01:00:00"),
+            order("U", 4, 1, "03/01/2015", "4.40", "2024-01-01 01:00:01"),
+        ],
+    )
     run(spark, workspace, table, "2024-01-01T01", "2024-01-01T02")
     expected = table_rows(paths.final)
     staged = table_rows(paths.staging)
@@ -146,33 +217,68 @@ def test_rerun_changes_nothing_and_restaging_adds_nothing(spark, workspace: Work
     assert table_rows(paths.tombstones, ["ORDER_ID", "LINE_NO"]) == [(1, 1)]
 
 
-def test_a_file_landing_late_in_a_staged_hour_is_staged_on_rerun(spark, workspace: Workspace) -> None:
+def test_a_file_landing_late_in_a_staged_hour_is_staged_on_rerun(
+    spark, workspace: Workspace
+) -> None:
     table = seed_three_years(spark, workspace)
-    workspace.land("orders", "2024-01-01T00", "b.csv", [order("U", 2, 1, "03/01/2016", "9.00", "2024-01-01 00:30:00")])
+    workspace.land(
+        "orders",
+        "2024-01-01T00",
+        "b.csv",
+        [order("U", 2, 1, "03/01/2016", "9.00", "2024-01-01 00:30:00")],
+    )
     stage, _ = run(spark, workspace, table, "2024-01-01T00", "2024-01-01T01")
     assert (stage.counts["files"], stage.counts["new_files"], stage.counts["staged"]) == (2, 1, 1)
-    assert (2, Decimal("9.00")) in table_rows(workspace.paths("orders").final, ["ORDER_ID", "AMOUNT"])
+    assert (2, Decimal("9.00")) in table_rows(
+        workspace.paths("orders").final, ["ORDER_ID", "AMOUNT"]
+    )
 
 
 def test_intervals_in_any_order_give_the_same_table(spark, workspace: Workspace) -> None:
     table = workspace.configure(SEED)["t"]
-    workspace.land("t", "2024-01-01T00", "a.csv", [row("I", 1, 1, "2024-01-01 00:00:00"), row("I", 2, 1, "2024-01-01 00:00:00")])
-    workspace.land("t", "2024-01-01T01", "a.csv", [row("U", 1, 2, "2024-01-01 01:00:00"), row("D", 2, None, "2024-01-01 01:00:00")])
-    workspace.land("t", "2024-01-01T02", "a.csv", [row("U", 1, 3, "2024-01-01 02:00:00"), row("I", 2, 5, "2024-01-01 02:00:00")])
+    workspace.land(
+        "t",
+        "2024-01-01T00",
+        "a.csv",
+        [row("I", 1, 1, "2024-01-01 00:00:00"), row("I", 2, 1, "2024-01-01 00:00:00")],
+    )
+    workspace.land(
+        "t",
+        "2024-01-01T01",
+        "a.csv",
+        [row("U", 1, 2, "2024-01-01 01:00:00"), row("D", 2, None, "2024-01-01 01:00:00")],
+    )
+    workspace.land(
+        "t",
+        "2024-01-01T02",
+        "a.csv",
+        [row("U", 1, 3, "2024-01-01 02:00:00"), row("I", 2, 5, "2024-01-01 02:00:00")],
+    )
     # A late event in hour 3 that is older than everything above.
-    workspace.land("t", "2024-01-01T03", "a.csv", [row("U", 1, 0, "2023-12-31 23:00:00"), row("U", 2, 0, "2024-01-01 00:30:00")])
+    workspace.land(
+        "t",
+        "2024-01-01T03",
+        "a.csv",
+        [row("U", 1, 0, "2023-12-31 23:00:00"), row("U", 2, 0, "2024-01-01 00:30:00")],
+    )
     for hour in ("2024-01-01T02", "2024-01-01T00", "2024-01-01T03", "2024-01-01T01"):
         end = hour[:-2] + f"{int(hour[-2:]) + 1:02d}"
         run(spark, workspace, table, hour, end)
     assert table_rows(workspace.paths("t").final) == [
-        (1, 3, ts("2024-01-01T02:00:00Z")), (2, 5, ts("2024-01-01T02:00:00Z"))
+        (1, 3, ts("2024-01-01T02:00:00Z")),
+        (2, 5, ts("2024-01-01T02:00:00Z")),
     ]
 
 
 def test_equal_sequence_goes_to_the_later_arrival(spark, workspace: Workspace) -> None:
     table = workspace.configure(SEED)["t"]
     same = "2024-01-01 00:00:00"
-    workspace.land("t", "2024-01-01T00", "a.csv", [row("I", 1, 1, same), row("I", 2, 1, same), row("U", 2, 2, same)])
+    workspace.land(
+        "t",
+        "2024-01-01T00",
+        "a.csv",
+        [row("I", 1, 1, same), row("I", 2, 1, same), row("U", 2, 2, same)],
+    )
     workspace.land("t", "2024-01-01T00", "b.csv", [row("U", 1, 2, same)])
     workspace.land("t", "2024-01-01T01", "a.csv", [row("U", 1, 3, same), row("D", 3, None, same)])
     workspace.land("t", "2024-01-01T00", "c.csv", [row("I", 3, 1, same)])
@@ -183,13 +289,24 @@ def test_equal_sequence_goes_to_the_later_arrival(spark, workspace: Workspace) -
 
 
 def test_second_sequence_column_breaks_timestamp_ties(spark, workspace: Workspace) -> None:
-    config = {**SEED, "columns": {**SEED["columns"], "LSN": "bigint"}, "sequence_by": ["CDC_TIMESTAMP", "LSN"]}
+    config = {
+        **SEED,
+        "columns": {**SEED["columns"], "LSN": "bigint"},
+        "sequence_by": ["CDC_TIMESTAMP", "LSN"],
+    }
     table = workspace.configure(config)["t"]
     same = "2024-01-01 00:00:00"
-    workspace.land("t", "2024-01-01T00", "a.csv", [
-        {**row("U", 1, 2, same), "LSN": 20}, {**row("U", 1, 1, same), "LSN": 10},
-        {**row("D", 2, None, same), "LSN": 7}, {**row("I", 2, 1, same), "LSN": 5},
-    ])
+    workspace.land(
+        "t",
+        "2024-01-01T00",
+        "a.csv",
+        [
+            {**row("U", 1, 2, same), "LSN": 20},
+            {**row("U", 1, 1, same), "LSN": 10},
+            {**row("D", 2, None, same), "LSN": 7},
+            {**row("I", 2, 1, same), "LSN": 5},
+        ],
+    )
     run(spark, workspace, table, "2024-01-01T00", "2024-01-01T01")
     assert table_rows(workspace.paths("t").final, ["ID", "VALUE", "LSN"]) == [(1, 2, 20)]
 
@@ -197,7 +314,12 @@ def test_second_sequence_column_breaks_timestamp_ties(spark, workspace: Workspac
 def test_a_delete_is_remembered_also_after_reset_staging(spark, workspace: Workspace) -> None:
     table = workspace.configure(SEED)["t"]
     paths = workspace.paths("t")
-    workspace.land("t", "2024-01-01T00", "a.csv", [row("I", 1, 1, "2024-01-01 00:00:00"), row("I", 2, 1, "2024-01-01 00:00:00")])
+    workspace.land(
+        "t",
+        "2024-01-01T00",
+        "a.csv",
+        [row("I", 1, 1, "2024-01-01 00:00:00"), row("I", 2, 1, "2024-01-01 00:00:00")],
+    )
     workspace.land("t", "2024-01-01T01", "a.csv", [row("D", 1, None, "2024-01-01 01:00:00")])
     run(spark, workspace, table, "2024-01-01T00", "2024-01-01T02")
     reset = run_reset_staging(context(spark, workspace, table))
@@ -219,7 +341,12 @@ def test_reset_staging_keeps_changes_not_yet_applied(spark, workspace: Workspace
     ctx = context(spark, workspace, table)
     workspace.land("t", "2024-01-01T00", "a.csv", [row("I", 1, 1, "2024-01-01 00:00:00")])
     run(spark, workspace, table, "2024-01-01T00", "2024-01-01T01")
-    workspace.land("t", "2024-01-01T01", "a.csv", [row("U", 1, 2, "2024-01-01 01:00:00"), row("I", 2, 1, "2024-01-01 01:00:00")])
+    workspace.land(
+        "t",
+        "2024-01-01T01",
+        "a.csv",
+        [row("U", 1, 2, "2024-01-01 01:00:00"), row("I", 2, 1, "2024-01-01 01:00:00")],
+    )
     from spark_jobs.overwrite_final import run_overwrite_final
     from spark_jobs.stage import run_stage
     from tests.helpers import interval
@@ -236,28 +363,55 @@ def test_parquet_input_with_types_from_the_files(spark, workspace: Workspace) ->
     import datetime as dt
 
     when = dt.datetime(2024, 1, 1, 0, 0, tzinfo=dt.UTC)
-    workspace.land("t", "2024-01-01T00", "a.parquet", [
-        {"FLAG": "I", "ID": 1, "VALUE": 1.5, "CDC_TIMESTAMP": when},
-        {"FLAG": "I", "ID": 2, "VALUE": 2.5, "CDC_TIMESTAMP": when},
-        {"FLAG": "D", "ID": 2, "VALUE": None, "CDC_TIMESTAMP": when + dt.timedelta(seconds=1)},
-    ], file_format="parquet")
+    workspace.land(
+        "t",
+        "2024-01-01T00",
+        "a.parquet",
+        [
+            {"FLAG": "I", "ID": 1, "VALUE": 1.5, "CDC_TIMESTAMP": when},
+            {"FLAG": "I", "ID": 2, "VALUE": 2.5, "CDC_TIMESTAMP": when},
+            {"FLAG": "D", "ID": 2, "VALUE": None, "CDC_TIMESTAMP": when + dt.timedelta(seconds=1)},
+        ],
+        file_format="parquet",
+    )
     run(spark, workspace, table, "2024-01-01T00", "2024-01-01T01")
     assert table_rows(workspace.paths("t").final) == [(1, 1.5, when)]
 
 
 def test_json_customers_story_of_seed_000(spark, workspace: Workspace) -> None:
-    table = workspace.configure({
-        "name": "customers", "file_format": "json", "columns": {"ID": "string", "NAME": "string", "SEQ": "bigint"},
-        "keys": ["ID"], "sequence_by": ["SEQ"],
-    })["customers"]
-    workspace.land("customers", "2024-01-01T00", "a.json", [
-        {"FLAG": "I", "ID": "id1", "NAME": "Alice", "SEQ": 0}, {"FLAG": "I", "ID": "id2", "NAME": "Bob", "SEQ": 0}
-    ], file_format="json")
+    table = workspace.configure(
+        {
+            "name": "customers",
+            "file_format": "json",
+            "columns": {"ID": "string", "NAME": "string", "SEQ": "bigint"},
+            "keys": ["ID"],
+            "sequence_by": ["SEQ"],
+        }
+    )["customers"]
+    workspace.land(
+        "customers",
+        "2024-01-01T00",
+        "a.json",
+        [
+            {"FLAG": "I", "ID": "id1", "NAME": "Alice", "SEQ": 0},
+            {"FLAG": "I", "ID": "id2", "NAME": "Bob", "SEQ": 0},
+        ],
+        file_format="json",
+    )
     run(spark, workspace, table, "2024-01-01T00", "2024-01-01T01")
-    workspace.land("customers", "2024-01-01T01", "a.json", [
-        {"FLAG": "U", "ID": "id1", "NAME": "Angela", "SEQ": 1},
-        {"FLAG": "D", "ID": "id2", "SEQ": 2},
-        {"FLAG": "I", "ID": "id2", "NAME": "Carol", "SEQ": 3},
-    ], file_format="json")
+    workspace.land(
+        "customers",
+        "2024-01-01T01",
+        "a.json",
+        [
+            {"FLAG": "U", "ID": "id1", "NAME": "Angela", "SEQ": 1},
+            {"FLAG": "D", "ID": "id2", "SEQ": 2},
+            {"FLAG": "I", "ID": "id2", "NAME": "Carol", "SEQ": 3},
+        ],
+        file_format="json",
+    )
     run(spark, workspace, table, "2024-01-01T01", "2024-01-01T02")
-    assert table_rows(workspace.paths("customers").final) == [("id1", "Angela", 1), ("id2", "Carol", 3)]
+    assert table_rows(workspace.paths("customers").final) == [
+        ("id1", "Angela", 1),
+        ("id2", "Carol", 3),
+    ]

@@ -38,7 +38,10 @@ def test_valid_row_gets_defaults_and_dag_id() -> None:
 
 def test_defaults_are_merged_into_rows_and_rows_win() -> None:
     result = parse_config(
-        {"defaults": {"schedule": "@daily", "flag_column": "OP"}, "tables": [GOOD, {**GOOD, "name": "b", "schedule": "0 * * * *"}]}
+        {
+            "defaults": {"schedule": "@daily", "flag_column": "OP"},
+            "tables": [GOOD, {**GOOD, "name": "b", "schedule": "0 * * * *"}],
+        }
     )
     assert result.tables["orders"].schedule == "@daily"
     assert result.tables["orders"].flag_column == "OP"
@@ -46,11 +49,15 @@ def test_defaults_are_merged_into_rows_and_rows_win() -> None:
 
 
 def test_unknown_field_is_rejected() -> None:
-    assert problems({**GOOD, "partiton_column": "X"}) == ["table orders: partiton_column: unknown field (misspelt?)"]
+    assert problems({**GOOD, "partiton_column": "X"}) == [
+        "table orders: partiton_column: unknown field (misspelt?)"
+    ]
 
 
 def test_unknown_default_is_rejected() -> None:
-    assert problems(GOOD, defaults={"shedule": "@daily"}) == ["table *: defaults.shedule: unknown field (misspelt?)"]
+    assert problems(GOOD, defaults={"shedule": "@daily"}) == [
+        "table *: defaults.shedule: unknown field (misspelt?)"
+    ]
 
 
 def test_missing_required_fields() -> None:
@@ -113,9 +120,9 @@ def test_bad_schedule() -> None:
 
 
 def test_reserved_prefix_and_flag_clash() -> None:
-    assert problems({**GOOD, "columns": {**GOOD["columns"], "_cdc_x": "int", "FLAG": "string"}}) == [
-        "table orders: columns: column name '_cdc_x' uses the reserved prefix _cdc_"
-    ]
+    assert problems(
+        {**GOOD, "columns": {**GOOD["columns"], "_cdc_x": "int", "FLAG": "string"}}
+    ) == ["table orders: columns: column name '_cdc_x' uses the reserved prefix _cdc_"]
     assert problems({**GOOD, "columns": {**GOOD["columns"], "FLAG": "string"}}) == [
         "table orders: flag_column: 'FLAG' must not also be a declared column"
     ]
@@ -123,14 +130,20 @@ def test_reserved_prefix_and_flag_clash() -> None:
 
 def test_duplicate_table_names_are_both_reported_and_dropped() -> None:
     result = parse_config({"tables": [GOOD, GOOD]})
-    assert [str(p) for p in result.problems] == ["table orders: name: appears more than once in the config table"]
+    assert [str(p) for p in result.problems] == [
+        "table orders: name: appears more than once in the config table"
+    ]
     assert "orders" not in result.tables
 
 
 def test_a_bad_row_does_not_hide_the_good_ones() -> None:
-    result = parse_config({"tables": [{**GOOD, "name": "bad", "keys": []}, {**GOOD, "name": "good"}]})
+    result = parse_config(
+        {"tables": [{**GOOD, "name": "bad", "keys": []}, {**GOOD, "name": "good"}]}
+    )
     assert list(result.tables) == ["good"]
-    assert [str(p) for p in result.problems] == ["table bad: keys: List should have at least 1 item after validation, not 0"]
+    assert [str(p) for p in result.problems] == [
+        "table bad: keys: List should have at least 1 item after validation, not 0"
+    ]
 
 
 def test_lookup_of_invalid_table_explains_why(tmp_path: Path) -> None:
@@ -138,7 +151,9 @@ def test_lookup_of_invalid_table_explains_why(tmp_path: Path) -> None:
     path.write_text("tables:\n  - name: bad\n    keys: [ID]\n    sequence_by: [ID]\n")
     with pytest.raises(ConfigError, match="table bad: sequence_by: ID already in keys"):
         load_table_configs(path).table("bad")
-    with pytest.raises(ConfigError, match=r"table nope: not in the config table \(valid tables: none\)"):
+    with pytest.raises(
+        ConfigError, match=r"table nope: not in the config table \(valid tables: none\)"
+    ):
         load_table_configs(path).table("nope")
 
 
@@ -160,5 +175,11 @@ def test_sample_config_is_valid() -> None:
 
 
 def test_types_are_normalized() -> None:
-    table = TableConfig.model_validate({**GOOD, "columns": {"ID": "BIGINT", "TS": " Timestamp ", "A": "Decimal(10, 2)"}, "sequence_by": ["TS"]})
+    table = TableConfig.model_validate(
+        {
+            **GOOD,
+            "columns": {"ID": "BIGINT", "TS": " Timestamp ", "A": "Decimal(10, 2)"},
+            "sequence_by": ["TS"],
+        }
+    )
     assert table.columns == {"ID": "bigint", "TS": "timestamp", "A": "decimal(10, 2)"}

@@ -24,7 +24,11 @@ def test_bad_timestamp_message() -> None:
 
 def test_hours_whose_start_is_inside_the_interval() -> None:
     interval = Interval.parse("2024-01-01T22:00:00Z", "2024-01-02T01:00:00Z")
-    assert [h.folder for h in interval.hours()] == ["dt=2024-01-01/hr=22", "dt=2024-01-01/hr=23", "dt=2024-01-02/hr=00"]
+    assert [h.folder for h in interval.hours()] == [
+        "dt=2024-01-01/hr=22",
+        "dt=2024-01-01/hr=23",
+        "dt=2024-01-02/hr=00",
+    ]
     assert interval.batch_ids() == ["2024-01-01T22", "2024-01-01T23", "2024-01-02T00"]
 
 

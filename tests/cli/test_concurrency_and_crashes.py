@@ -1,0 +1,186 @@
+"""Overlapping runs of one table and runs killed mid-way end with the exact expected table."""
+
+from __future__ import annotations
+
+import os
+import signal
+from pathlib import Path
+
+import pytest
+
+from tests.cli.cdc import cdc, start, summary
+from tests.helpers import Workspace, file_paths, table_rows
+
+pytestmark = pytest.mark.slow
+
+YEARLY = {
+    "name": "t",
+    "file_format": "csv",
+    "columns": {"ID": "bigint", "D": "string", "VALUE": "int", "TS": "timestamp"},
+    "keys": ["ID"],
+    "sequence_by": ["TS"],
+    "partition_expression": "year(to_date(D, 'MM/dd/yyyy'))",
+    "partition_column": "Y",
+}
+
+
+def change(flag: str, id_: int, year: int | None, value: int | None, ts: str) -> dict:
+    return {
+        "FLAG": flag,
+        "ID": id_,
+        "D": f"06/01/{year}" if year else None,
+        "VALUE": value,
+        "TS": ts,
+    }
+
+
+def hour(h: int) -> list[str]:
+    return ["--start", f"2024-01-01T{h:02d}:00:00Z", "--end", f"2024-01-01T{h + 1:02d}:00:00Z"]
+
+
+def finish(process) -> tuple[str, str]:  # type: ignore[no-untyped-def]
+    try:
+        out, err = process.communicate(timeout=300)
+    except BaseException:
+        os.killpg(process.pid, signal.SIGKILL)  # its own process group only
+        raise
+    assert process.returncode == 0, err
+    return out, err
+
+
+def land_two_overlapping_hours(workspace: Workspace) -> None:
+    workspace.land(
+        "t",
+        "2024-01-01T00",
+        "a.csv",
+        [
+            change("I", 1, 2020, 1, "2024-01-01 00:00:00"),
+            change("I", 2, 2021, 1, "2024-01-01 00:00:00"),
+            change("I", 3, 2022, 1, "2024-01-01 00:00:00"),
+        ],
+    )
+    workspace.land(
+        "t",
+        "2024-01-01T01",
+        "a.csv",
+        [
+            change("U", 1, 2020, 2, "2024-01-01 01:00:00"),
+            change("U", 2, 2023, 2, "2024-01-01 01:00:00"),  # moves to 2023
+            change("D", 3, None, None, "2024-01-01 01:00:00"),  # key-only delete
+            change("I", 4, 2020, 2, "2024-01-01 01:00:00"),
+        ],
+    )
+
+
+EXPECTED = [(1, 2, 2020), (2, 2, 2023), (4, 2, 2020)]
+
+
+def test_two_runs_at_once_committing_from_the_same_snapshot(
+    workspace: Workspace, tmp_path: Path
+) -> None:
+    workspace.configure(YEARLY)
+    land_two_overlapping_hours(workspace)
+    # Both runs compute from the same (empty) final table and commit new partitions, a pair of
+    # commits delta-rs does not see as conflicting: the later one must notice and recompute.
+    barrier = f"overwrite_final:before_commit|{tmp_path / 'barrier1'}|2"
+    first = start(workspace, "run", "t", *hour(0), CDC_BARRIER=barrier)
+    second = start(workspace, "run", "t", *hour(1), CDC_BARRIER=barrier)
+    results = [summary(finish(first)), summary(finish(second))]
+    assert sorted(int(r["attempts"]) for r in results) == [1, 2]
+    assert table_rows(workspace.paths("t").final, ["ID", "VALUE", "Y"]) == EXPECTED
+
+    # Now two runs rewriting the same existing partition: delta-rs reports the conflict.
+    workspace.land("t", "2024-01-01T02", "a.csv", [change("U", 1, 2020, 3, "2024-01-01 02:00:00")])
+    workspace.land(
+        "t",
+        "2024-01-01T03",
+        "a.csv",
+        [
+            change("U", 4, 2020, 3, "2024-01-01 03:00:00"),
+            change("U", 1, 2020, 9, "2024-01-01 01:30:00"),
+        ],
+    )  # late, older
+    barrier = f"overwrite_final:before_commit|{tmp_path / 'barrier2'}|2"
+    first = start(workspace, "run", "t", *hour(2), CDC_BARRIER=barrier)
+    second = start(workspace, "run", "t", *hour(3), CDC_BARRIER=barrier)
+    results = [summary(finish(first)), summary(finish(second))]
+    assert sorted(int(r["attempts"]) for r in results) == [1, 2]
+    assert table_rows(workspace.paths("t").final, ["ID", "VALUE", "Y"]) == [
+        (1, 3, 2020),
+        (2, 2, 2023),
+        (4, 3, 2020),
+    ]
+
+
+def test_the_same_interval_twice_at_once(workspace: Workspace) -> None:
+    workspace.configure(YEARLY)
+    land_two_overlapping_hours(workspace)
+    runs = [
+        start(
+            workspace,
+            "run",
+            "t",
+            "--start",
+            "2024-01-01T00:00:00Z",
+            "--end",
+            "2024-01-01T02:00:00Z",
+        )
+        for _ in range(2)
+    ]
+    for process in runs:
+        finish(process)
+    assert table_rows(workspace.paths("t").final, ["ID", "VALUE", "Y"]) == EXPECTED
+
+
+def data_files_on_disk(table: Path) -> set[str]:
+    files = {p.relative_to(table).as_posix() for p in table.rglob("*.parquet")}
+    return {f for f in files if not f.startswith(("_delta_log/", "_cdc_tmp/"))}
+
+
+def test_run_killed_between_write_and_commit_leaves_final_unchanged(workspace: Workspace) -> None:
+    workspace.configure(YEARLY)
+    land_two_overlapping_hours(workspace)
+    final = workspace.paths("t").final
+    assert cdc(workspace, "run", "t", *hour(0)).returncode == 0
+    before = table_rows(final, ["ID", "VALUE", "Y"])
+    version_files = file_paths(final)
+
+    killed = cdc(workspace, "run", "t", *hour(1), CDC_FAULT="overwrite_final:before_commit")
+    assert killed.returncode == -signal.SIGKILL
+    assert table_rows(final, ["ID", "VALUE", "Y"]) == before
+    assert file_paths(final) == version_files
+    orphans = data_files_on_disk(final) - version_files
+    assert orphans, "the killed run had written files"
+
+    rerun = cdc(workspace, "run", "t", *hour(1))
+    assert rerun.returncode == 0, rerun.stderr
+    assert table_rows(final, ["ID", "VALUE", "Y"]) == EXPECTED
+    vacuum = cdc(workspace, "vacuum", "t", "--retention-hours", "0", "--force")
+    assert vacuum.returncode == 0, vacuum.stderr
+    assert data_files_on_disk(final) == file_paths(final)
+    assert table_rows(final, ["ID", "VALUE", "Y"]) == EXPECTED
+
+
+def test_stage_killed_between_its_commits_loses_and_duplicates_nothing(
+    workspace: Workspace,
+) -> None:
+    workspace.configure(YEARLY)
+    workspace.land(
+        "t",
+        "2024-01-01T00",
+        "a.csv",
+        [
+            change("I", 1, 2020, 1, "2024-01-01 00:00:00"),
+            change("I", 2, 2021, 1, "2024-01-01 00:00:00"),
+            change("Z", 3, 2021, 1, "2024-01-01 00:00:00"),
+        ],
+    )
+    paths = workspace.paths("t")
+    killed = cdc(workspace, "stage", "t", *hour(0), CDC_FAULT="stage:before_quarantine_commit")
+    assert killed.returncode == -signal.SIGKILL
+    assert len(table_rows(paths.staging)) == 2  # staging committed, quarantine and ledger not
+    done = cdc(workspace, "run", "t", *hour(0))
+    assert done.returncode == 0, done.stderr
+    assert len(table_rows(paths.staging)) == 2
+    assert table_rows(paths.quarantine, ["ID", "FLAG"]) == [("3", "Z")]
+    assert table_rows(paths.final, ["ID", "VALUE", "Y"]) == [(1, 1, 2020), (2, 1, 2021)]
