@@ -55,10 +55,7 @@ def expected_orders(workspace: Workspace) -> list[tuple]:
         lambda c: (c["CDC_TIMESTAMP"],),
     )
     return sorted(
-        (
-            (*tuple(r[c] for c in VALUE_COLUMNS), int(r["CREATE_DATE"][-4:]))
-            for r in state.values()
-        ),
+        ((*tuple(r[c] for c in VALUE_COLUMNS), int(r["CREATE_DATE"][-4:])) for r in state.values()),
         key=repr,
     )
 
