@@ -6,6 +6,7 @@ import os
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from datetime import date
 from pathlib import Path
 from typing import Any, Literal
 
@@ -83,6 +84,9 @@ class TableConfig(BaseModel):
     )
     zorder_by: list[str] = Field(default_factory=list, description="Columns OPTIMIZE Z-orders by.")
     schedule: str = Field(default="@hourly", description="Cron or preset of the table's DAG.")
+    start_date: date = Field(
+        default=date(2024, 1, 1), description="First data interval of the DAG (UTC); backfills start here."
+    )
     optimize_schedule: str | None = Field(
         default="@daily", description="When OPTIMIZE runs (cron or preset); null never."
     )

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import argparse
+import json
+import os
 import sys
 import traceback
 from collections.abc import Callable, Sequence
@@ -117,7 +119,17 @@ def execute(args: StepArgs, prog: str, body: StepBody, needs_spark: bool = True)
         print(f"error: {prog} {args.table}: {one_line(error)}", file=sys.stderr, flush=True)
         return 1
     print(report.line(), flush=True)
+    write_summary(report)
     return 0
+
+
+def write_summary(report: StepReport) -> None:
+    """Also write the counts as JSON where CDC_SUMMARY_PATH says (the Airflow task reads them)."""
+    target = os.environ.get("CDC_SUMMARY_PATH")
+    if target:
+        payload = {"step": report.step, "table": report.table, "interval": report.interval,
+                   "counts": report.counts, "line": report.line()}
+        Path(target).write_text(json.dumps(payload, default=str))
 
 
 def run_step(

@@ -1,0 +1,8 @@
+"""Airflow DAG file that shows invalid CDC config rows as an import error naming table and field.
+
+It is separate from cdc_tables.py so that the valid tables' DAGs keep loading.
+"""
+
+from cdc_pipeline.airflow_dags import raise_config_problems
+
+raise_config_problems()
