@@ -154,11 +154,13 @@ class AirflowEnv:
         rows = json_rows(self.airflow("tasks", "states-for-dag-run", dag_id, run_id, "-o", "json").stdout)
         return {row["task_id"]: row["state"] for row in rows}
 
-    def wait_for_runs(self, dag_id: str, count: int, timeout: float = 900) -> list[dict[str, Any]]:
+    def wait_for_runs(self, dag_id: str, count: int, prefix: str = "", timeout: float = 900) -> list[dict[str, Any]]:
+        """Wait until `count` runs whose run_id starts with `prefix` have finished."""
         deadline = time.monotonic() + timeout
         runs: list[dict[str, Any]] = []
         while time.monotonic() < deadline:
-            runs = [r for r in self.runs(dag_id) if r["state"] in ("success", "failed")]
+            runs = [r for r in self.runs(dag_id)
+                    if r["state"] in ("success", "failed") and r["run_id"].startswith(prefix)]
             if len(runs) >= count:
                 return runs
             time.sleep(5)

@@ -99,7 +99,7 @@ def test_scheduler_runs_an_overlapping_backfill_and_a_rest_triggered_run(
     assert state == "success"
     assert table_rows(ws.paths("t_rest").final, ["ID", "VALUE"]) == rest_expected
 
-    runs = [r for r in env.wait_for_runs("cdc_t_backfill", 3) if r["run_type"] == "backfill"]
+    runs = env.wait_for_runs("cdc_t_backfill", 3, prefix="backfill__")
     assert [r["state"] for r in runs] == ["success"] * 3
     assert table_rows(ws.paths("t_backfill").final, ["ID", "VALUE"]) == expected
     spans = sorted((datetime.fromisoformat(r["start_date"]), datetime.fromisoformat(r["end_date"])) for r in runs)
