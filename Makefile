@@ -3,17 +3,21 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install demo test lint typecheck clean java
+.PHONY: install demo test lint typecheck clean system airflow
 
 install: $(STAMP)
 
-# Spark needs a Java runtime (17); install it from Debian when the machine has none.
-java:
-	@command -v java >/dev/null 2>&1 || { \
-	  echo "no java: installing openjdk-17-jre-headless"; \
-	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq openjdk-17-jre-headless >/dev/null; }
+# Debian packages: Java 17 for Spark; docker-compose to validate docker-compose.yaml (no engine).
+system:
+	@missing=""; \
+	command -v java >/dev/null 2>&1 || missing="$$missing openjdk-17-jre-headless"; \
+	command -v docker-compose >/dev/null 2>&1 || missing="$$missing docker-compose"; \
+	if [ -n "$$missing" ]; then \
+	  echo "installing Debian packages:$$missing"; \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; \
+	fi
 
-$(STAMP): pyproject.toml | java
+$(STAMP): pyproject.toml | system
 	@test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -e '.[dev]'
@@ -35,3 +39,6 @@ test: install lint typecheck
 
 clean:
 	rm -rf $(VENV) landing warehouse .pytest_cache .mypy_cache .ruff_cache
+
+airflow: install
+	$(BIN)/python -m cdc_pipeline.local_airflow

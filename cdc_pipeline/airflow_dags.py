@@ -50,8 +50,14 @@ class CdcStepOperator(SparkSubmitOperator):
     The step writes its counts to a JSON file; they are logged and returned (so, pushed to XCom).
     """
 
-    def __init__(self, *, cdc_step: str, maintenance_schedule: str | None = None,
-                 is_maintenance: bool = False, **kwargs: Any) -> None:
+    def __init__(
+        self,
+        *,
+        cdc_step: str,
+        maintenance_schedule: str | None = None,
+        is_maintenance: bool = False,
+        **kwargs: Any,
+    ) -> None:
         super().__init__(**kwargs)
         self.cdc_step = cdc_step
         self.maintenance_schedule = maintenance_schedule
@@ -106,7 +112,9 @@ def build_dag(plan: DagPlan, config_path: Path) -> DAG:
         doc_md=plan.doc_md,
         description=plan.description,
         default_args=DEFAULT_ARGS,
-        params={"force_maintenance": Param(False, type="boolean", description="run maintenance now")},
+        params={
+            "force_maintenance": Param(False, type="boolean", description="run maintenance now")
+        },
     ) as dag:
         operators = {task.task_id: build_task(plan, task, config_path) for task in plan.tasks}
         for upstream, downstream in plan.edges:

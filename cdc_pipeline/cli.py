@@ -53,8 +53,13 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument(
         "--start", default="2024-01-01T00:00:00Z", help="first hour of the sample data"
     )
-    demo.add_argument("--hours", type=int, default=6, help="hours of sample data (one run each)")
+    demo.add_argument("--hours", type=int, default=3, help="hours of sample data (one run each)")
     demo.add_argument("--keys", type=int, default=2000, help="order lines loaded in the first hour")
+    demo.add_argument(
+        "--without-airflow",
+        action="store_true",
+        help="apply the runs in this process instead of an Airflow backfill",
+    )
     return parser
 
 
@@ -96,18 +101,27 @@ def run_both(args) -> int:  # type: ignore[no-untyped-def]
 
 def run_demo_command(namespace: argparse.Namespace) -> int:
     """`cdc demo`."""
+    from cdc_pipeline.config import default_config_path
     from cdc_pipeline.errors import CdcError
     from spark_jobs.common import one_line
-    from spark_jobs.demo import run_demo
+    from spark_jobs.demo import run_airflow_demo, run_demo
     from spark_jobs.session import build_spark_session
 
-    configs = load_table_configs(namespace.config)
+    config_path = namespace.config or default_config_path()
+    configs = load_table_configs(config_path)
     try:
         start = parse_timestamp(namespace.start)
-        spark = build_spark_session("cdc-demo")
-        for line in run_demo(spark, configs, start, namespace.hours, namespace.keys):
+        if namespace.without_airflow:
+            lines = run_demo(
+                build_spark_session("cdc-demo"), configs, start, namespace.hours, namespace.keys
+            )
+        else:
+            lines = run_airflow_demo(
+                configs, Path(config_path), start, namespace.hours, namespace.keys
+            )
+        for line in lines:
             print(line, flush=True)
-    except CdcError as error:
+    except (CdcError, RuntimeError) as error:
         print(f"error: demo: {one_line(error)}", file=sys.stderr)
         return 1
     return 0

@@ -85,7 +85,8 @@ class TableConfig(BaseModel):
     zorder_by: list[str] = Field(default_factory=list, description="Columns OPTIMIZE Z-orders by.")
     schedule: str = Field(default="@hourly", description="Cron or preset of the table's DAG.")
     start_date: date = Field(
-        default=date(2024, 1, 1), description="First data interval of the DAG (UTC); backfills start here."
+        default=date(2024, 1, 1),
+        description="First data interval of the DAG (UTC); backfills start here.",
     )
     optimize_schedule: str | None = Field(
         default="@daily", description="When OPTIMIZE runs (cron or preset); null never."

@@ -19,7 +19,12 @@ PRESETS = {
     "@yearly": "0 0 1 1 *",
     "@annually": "0 0 1 1 *",
 }
-INTERVAL_ARGS = ("--start", "{{ data_interval_start.isoformat() }}", "--end", "{{ data_interval_end.isoformat() }}")
+INTERVAL_ARGS = (
+    "--start",
+    "{{ data_interval_start.isoformat() }}",
+    "--end",
+    "{{ data_interval_end.isoformat() }}",
+)
 
 
 def cron_of(schedule: str) -> str:
@@ -68,7 +73,9 @@ def plan_table_dag(table: TableConfig) -> DagPlan:
     tasks = (
         TaskPlan("stage", "stage", (table.name, *INTERVAL_ARGS)),
         TaskPlan("overwrite_final", "overwrite_final", (table.name, *INTERVAL_ARGS)),
-        TaskPlan("reset_staging", "reset_staging", (table.name,), table.reset_staging_schedule, True),
+        TaskPlan(
+            "reset_staging", "reset_staging", (table.name,), table.reset_staging_schedule, True
+        ),
         TaskPlan("optimize", "optimize", (table.name,), table.optimize_schedule, True),
         TaskPlan("vacuum", "vacuum", (table.name,), table.vacuum_schedule, True),
     )

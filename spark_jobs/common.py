@@ -127,8 +127,13 @@ def write_summary(report: StepReport) -> None:
     """Also write the counts as JSON where CDC_SUMMARY_PATH says (the Airflow task reads them)."""
     target = os.environ.get("CDC_SUMMARY_PATH")
     if target:
-        payload = {"step": report.step, "table": report.table, "interval": report.interval,
-                   "counts": report.counts, "line": report.line()}
+        payload = {
+            "step": report.step,
+            "table": report.table,
+            "interval": report.interval,
+            "counts": report.counts,
+            "line": report.line(),
+        }
         Path(target).write_text(json.dumps(payload, default=str))
 
 

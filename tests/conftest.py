@@ -15,6 +15,7 @@ from tests.helpers import Workspace
 def spark():  # type: ignore[no-untyped-def]
     """The one Spark session of the test run (local[2], 2 shuffle partitions)."""
     os.environ.setdefault("CDC_SHUFFLE_PARTITIONS", "2")
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")  # loopback only
     from spark_jobs.session import build_spark_session
 
     session = build_spark_session("cdc-tests", master="local[2]")

@@ -20,6 +20,7 @@ def environment(workspace: Workspace, **extra: str) -> dict[str, str]:
         CDC_WAREHOUSE=str(workspace.warehouse),
         CDC_SPARK_MASTER="local[1]",
         CDC_SHUFFLE_PARTITIONS="2",
+        SPARK_LOCAL_IP="127.0.0.1",
     )
     env.update(extra)
     return env

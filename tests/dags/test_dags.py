@@ -39,7 +39,13 @@ def test_planned_dag_is_plain_data() -> None:
     table = load_table_configs(DAGS.parent / "config" / "tables.yaml").tables["orders"]
     plan = plan_table_dag(table)
     assert plan.dag_id == "cdc_orders"
-    assert [t.task_id for t in plan.tasks] == ["stage", "overwrite_final", "reset_staging", "optimize", "vacuum"]
+    assert [t.task_id for t in plan.tasks] == [
+        "stage",
+        "overwrite_final",
+        "reset_staging",
+        "optimize",
+        "vacuum",
+    ]
     assert plan.edges == (
         ("stage", "overwrite_final"),
         ("overwrite_final", "reset_staging"),
@@ -47,9 +53,17 @@ def test_planned_dag_is_plain_data() -> None:
         ("optimize", "vacuum"),
     )
     assert plan.tasks[0].arguments == (
-        "orders", "--start", "{{ data_interval_start.isoformat() }}", "--end", "{{ data_interval_end.isoformat() }}"
+        "orders",
+        "--start",
+        "{{ data_interval_start.isoformat() }}",
+        "--end",
+        "{{ data_interval_end.isoformat() }}",
     )
-    assert [t.maintenance_schedule for t in plan.tasks if t.is_maintenance] == ["@weekly", "@daily", "@weekly"]
+    assert [t.maintenance_schedule for t in plan.tasks if t.is_maintenance] == [
+        "@weekly",
+        "@daily",
+        "@weekly",
+    ]
     assert plan.tags == ("cdc", "parquet", "upsert")
     assert "partition_column: CREATE_DATE_YEAR" in plan.doc_md
 
@@ -63,7 +77,9 @@ def test_maintenance_is_due_when_its_cadence_fires_inside_the_interval() -> None
     assert is_due("@daily", at(23), at(1, day=2))  # the next midnight is inside
     assert is_due("0 3 * * *", at(3), at(4))
     assert not is_due(None, at(0), at(1))
-    assert is_due("@weekly", datetime(2024, 1, 7, tzinfo=UTC), datetime(2024, 1, 7, 1, tzinfo=UTC))  # a Sunday
+    assert is_due(
+        "@weekly", datetime(2024, 1, 7, tzinfo=UTC), datetime(2024, 1, 7, 1, tzinfo=UTC)
+    )  # a Sunday
 
 
 def test_sample_config_loads_one_dag_per_row(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -71,7 +87,13 @@ def test_sample_config_loads_one_dag_per_row(monkeypatch: pytest.MonkeyPatch) ->
     assert bag.import_errors == {}
     assert sorted(bag.dag_ids) == ["cdc_customers", "cdc_events", "cdc_orders"]
     dag = bag.dags["cdc_orders"]
-    assert sorted(t.task_id for t in dag.tasks) == ["optimize", "overwrite_final", "reset_staging", "stage", "vacuum"]
+    assert sorted(t.task_id for t in dag.tasks) == [
+        "optimize",
+        "overwrite_final",
+        "reset_staging",
+        "stage",
+        "vacuum",
+    ]
     assert type(dag.timetable).__name__ == "CronDataIntervalTimetable"
     assert dag.timetable.expression == "0 * * * *"
     stage = dag.get_task("stage")
@@ -82,7 +104,9 @@ def test_sample_config_loads_one_dag_per_row(monkeypatch: pytest.MonkeyPatch) ->
     assert set(dag.tags) == {"cdc", "parquet", "upsert"}
 
 
-def test_a_bad_row_is_an_import_error_and_hides_no_other_table(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_bad_row_is_an_import_error_and_hides_no_other_table(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     rows = [ROW, {**ROW, "name": "broken", "keys": ["NOPE"]}, {**ROW, "name": "also_ok"}]
     bag = dagbag(write(tmp_path, rows), monkeypatch)
     assert sorted(bag.dag_ids) == ["cdc_also_ok", "cdc_t"]

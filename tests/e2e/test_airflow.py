@@ -39,10 +39,15 @@ TABLES = ["t_dagtest", "t_backfill", "t_rest", "t_cluster"]
 def land_hours(ws: Workspace, table: str, hours: int) -> list[tuple[int, int]]:
     """Each hour h updates key 1 to h and inserts key h+10; returns the expected final rows."""
     for h in range(hours):
-        ws.land(table, f"2024-01-01T{h:02d}", "a.csv", [
-            {"FLAG": "U" if h else "I", "ID": 1, "VALUE": h, "TS": f"2024-01-01 {h:02d}:00:01"},
-            {"FLAG": "I", "ID": 10 + h, "VALUE": h, "TS": f"2024-01-01 {h:02d}:00:02"},
-        ])
+        ws.land(
+            table,
+            f"2024-01-01T{h:02d}",
+            "a.csv",
+            [
+                {"FLAG": "U" if h else "I", "ID": 1, "VALUE": h, "TS": f"2024-01-01 {h:02d}:00:01"},
+                {"FLAG": "I", "ID": 10 + h, "VALUE": h, "TS": f"2024-01-01 {h:02d}:00:02"},
+            ],
+        )
     return sorted([(1, hours - 1)] + [(10 + h, h) for h in range(hours)])
 
 
@@ -51,7 +56,7 @@ def airflow(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[AirflowE
     root = tmp_path_factory.mktemp("airflow")
     ws = Workspace(root)
     ws.config_path.write_text(yaml.safe_dump({"tables": [row(t) for t in TABLES]}))
-    env = AirflowEnv(root, ws.config_path, ws.landing, ws.warehouse)
+    env = AirflowEnv(root / "airflow_home", ws.config_path, ws.landing, ws.warehouse, log_dir=root)
     env.migrate()
     try:
         yield env, ws
@@ -67,8 +72,11 @@ def test_dags_test_runs_one_interval(airflow: tuple[AirflowEnv, Workspace]) -> N
     assert table_rows(ws.paths("t_dagtest").final, ["ID", "VALUE"]) == expected
     (run,) = env.runs("cdc_t_dagtest")
     assert env.task_states("cdc_t_dagtest", run["run_id"]) == {
-        "stage": "success", "overwrite_final": "success", "reset_staging": "skipped",
-        "optimize": "success", "vacuum": "skipped",
+        "stage": "success",
+        "overwrite_final": "success",
+        "reset_staging": "skipped",
+        "optimize": "success",
+        "vacuum": "skipped",
     }
 
 
@@ -81,16 +89,30 @@ def test_scheduler_runs_an_overlapping_backfill_and_a_rest_triggered_run(
     env.start_services()
     env.airflow("dags", "reserialize")
     env.airflow("dags", "unpause", "cdc_t_backfill")
-    env.airflow("backfill", "create", "--dag-id", "cdc_t_backfill", "--from-date", "2024-01-01T00:00:00+00:00",
-                "--to-date", "2024-01-01T02:00:00+00:00", "--max-active-runs", "3")
+    env.airflow(
+        "backfill",
+        "create",
+        "--dag-id",
+        "cdc_t_backfill",
+        "--from-date",
+        "2024-01-01T00:00:00+00:00",
+        "--to-date",
+        "2024-01-01T02:00:00+00:00",
+        "--max-active-runs",
+        "3",
+    )
 
     # The REST API: log in, unpause, trigger the interval [00:00, 01:00) and poll it.
     env.api("PATCH", "/dags/cdc_t_rest", {"is_paused": False})
-    run = env.api("POST", "/dags/cdc_t_rest/dagRuns", {
-        "logical_date": "2024-01-01T01:00:00Z",
-        "data_interval_start": "2024-01-01T00:00:00Z",
-        "data_interval_end": "2024-01-01T01:00:00Z",
-    })
+    run = env.api(
+        "POST",
+        "/dags/cdc_t_rest/dagRuns",
+        {
+            "logical_date": "2024-01-01T01:00:00Z",
+            "data_interval_start": "2024-01-01T00:00:00Z",
+            "data_interval_end": "2024-01-01T01:00:00Z",
+        },
+    )
     deadline = time.monotonic() + 900
     state = run["state"]
     while state not in ("success", "failed") and time.monotonic() < deadline:
@@ -102,8 +124,13 @@ def test_scheduler_runs_an_overlapping_backfill_and_a_rest_triggered_run(
     runs = env.wait_for_runs("cdc_t_backfill", 3, prefix="backfill__")
     assert [r["state"] for r in runs] == ["success"] * 3
     assert table_rows(ws.paths("t_backfill").final, ["ID", "VALUE"]) == expected
-    spans = sorted((datetime.fromisoformat(r["start_date"]), datetime.fromisoformat(r["end_date"])) for r in runs)
-    overlaps = any(later_start < earlier_end for (_, earlier_end), (later_start, _) in zip(spans, spans[1:]))
+    spans = sorted(
+        (datetime.fromisoformat(r["start_date"]), datetime.fromisoformat(r["end_date"]))
+        for r in runs
+    )
+    overlaps = any(
+        later_start < earlier_end for (_, earlier_end), (later_start, _) in zip(spans, spans[1:])
+    )
     print(f"\nbackfill runs (start, end): {spans}; overlapping: {overlaps}")
     assert overlaps, "the backfill's runs were expected to overlap"
 
@@ -115,20 +142,59 @@ def spark_cluster(tmp_path: Path) -> Iterator[str]:
 
     spark_home = Path(pyspark.__file__).parent
     port, web = free_port(), free_port()
-    env = dict(os.environ, SPARK_HOME=str(spark_home), SPARK_LOG_DIR=str(tmp_path), SPARK_WORKER_DIR=str(tmp_path / "work"))
+    env = dict(
+        os.environ,
+        SPARK_HOME=str(spark_home),
+        SPARK_LOG_DIR=str(tmp_path),
+        SPARK_WORKER_DIR=str(tmp_path / "work"),
+        SPARK_LOCAL_IP="127.0.0.1",
+    )
     spark_class = str(spark_home / "bin" / "spark-class")
     processes = []
     try:
-        processes.append(subprocess.Popen(
-            [spark_class, "org.apache.spark.deploy.master.Master", "--host", "127.0.0.1", "--port", str(port),
-             "--webui-port", str(web)], env=env, stdout=(tmp_path / "master.log").open("wb"),
-            stderr=subprocess.STDOUT, start_new_session=True))
-        processes.append(subprocess.Popen(
-            [spark_class, "org.apache.spark.deploy.worker.Worker", f"spark://127.0.0.1:{port}", "--cores", "1",
-             "--memory", "1g", "--webui-port", str(free_port())], env=env,
-            stdout=(tmp_path / "worker.log").open("wb"), stderr=subprocess.STDOUT, start_new_session=True))
+        processes.append(
+            subprocess.Popen(
+                [
+                    spark_class,
+                    "org.apache.spark.deploy.master.Master",
+                    "--host",
+                    "127.0.0.1",
+                    "--port",
+                    str(port),
+                    "--webui-port",
+                    str(web),
+                ],
+                env=env,
+                stdout=(tmp_path / "master.log").open("wb"),
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+        )
+        processes.append(
+            subprocess.Popen(
+                [
+                    spark_class,
+                    "org.apache.spark.deploy.worker.Worker",
+                    f"spark://127.0.0.1:{port}",
+                    "--host",
+                    "127.0.0.1",
+                    "--cores",
+                    "1",
+                    "--memory",
+                    "1g",
+                    "--webui-port",
+                    str(free_port()),
+                ],
+                env=env,
+                stdout=(tmp_path / "worker.log").open("wb"),
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+        )
         deadline = time.monotonic() + 90
-        while "Registered worker" not in (tmp_path / "master.log").read_text(errors="replace"):
+        while "Successfully registered with master" not in (tmp_path / "worker.log").read_text(
+            errors="replace"
+        ):
             assert time.monotonic() < deadline, "the Spark worker did not register"
             time.sleep(1)
         yield f"spark://127.0.0.1:{port}"
@@ -149,9 +215,14 @@ def test_the_same_dag_runs_on_a_spark_standalone_cluster(
     env, ws = airflow
     expected = land_hours(ws, "t_cluster", 2)
     host, port = spark_cluster.rsplit(":", 1)
-    cluster_env = AirflowEnv(env.root, env.config, env.landing, env.warehouse,
-                             spark_connection=f'{{"conn_type": "spark", "host": "{host}", "port": {port}}}',
-                             port=env.port)
+    cluster_env = AirflowEnv(
+        env.home,
+        env.config,
+        env.landing,
+        env.warehouse,
+        spark_connection=f'{{"conn_type": "spark", "host": "{host}", "port": {port}}}',
+        port=env.port,
+    )
     for end in ("2024-01-01T01:00:00+00:00", "2024-01-01T02:00:00+00:00"):
         result = cluster_env.airflow("dags", "test", "cdc_t_cluster", end)
         assert f"--master {spark_cluster}" in result.stdout + result.stderr

@@ -1,0 +1,226 @@
+"""A local Airflow 3 (SQLite, LocalExecutor) for `make demo`, `make airflow` and the e2e tests.
+
+Its services run in their own process groups and are stopped by their own pids.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import secrets
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from cdc_pipeline.config import project_root
+
+BIN = Path(sys.executable).parent
+LOCAL_SPARK = '{"conn_type": "spark", "host": "local[2]"}'
+
+
+def free_port() -> int:
+    """A free TCP port on the loopback interface."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def json_rows(output: str) -> list[dict[str, Any]]:
+    """The JSON list an airflow command printed, after any warning lines it printed first."""
+    for line in output.splitlines():
+        if line.startswith(("[{", "[]")):
+            return list(json.loads(line))
+    raise RuntimeError(f"no JSON list in: {output[-2000:]}")
+
+
+@dataclass
+class LocalAirflow:
+    """An Airflow home reading this repo's dags/ and plugins/ with a given CDC config and data roots."""
+
+    home: Path
+    config: Path
+    landing: Path
+    warehouse: Path
+    spark_connection: str = LOCAL_SPARK
+    port: int = field(default_factory=free_port)
+    log_dir: Path | None = None
+    processes: list[subprocess.Popen[bytes]] = field(default_factory=list)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def passwords_file(self) -> Path:
+        return self.home / "passwords.json"
+
+    def admin_password(self) -> str:
+        """The admin's password (written at the first migrate)."""
+        return str(json.loads(self.passwords_file.read_text())["admin"])
+
+    def environment(self) -> dict[str, str]:
+        root = project_root()
+        env = dict(os.environ)
+        env.update(
+            AIRFLOW_HOME=str(self.home),
+            AIRFLOW__CORE__DAGS_FOLDER=str(root / "dags"),
+            AIRFLOW__CORE__PLUGINS_FOLDER=str(root / "plugins"),
+            AIRFLOW__CORE__LOAD_EXAMPLES="False",
+            AIRFLOW__DATABASE__SQL_ALCHEMY_CONN=f"sqlite:///{self.home}/airflow.db",
+            AIRFLOW__CORE__EXECUTOR="LocalExecutor",
+            AIRFLOW__CORE__PARALLELISM="2",  # 2 cores: more task processes only contend
+            AIRFLOW__CORE__EXECUTION_API_SERVER_URL=f"{self.url}/execution/",
+            AIRFLOW__API__PORT=str(self.port),
+            AIRFLOW__API__BASE_URL=self.url,
+            AIRFLOW__API__WORKERS="1",
+            AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS="admin:admin",
+            AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE=str(self.passwords_file),
+            AIRFLOW__SCHEDULER__SCHEDULER_HEARTBEAT_SEC="2",
+            AIRFLOW__DAG_PROCESSOR__REFRESH_INTERVAL="5",
+            AIRFLOW__DAG_PROCESSOR__MIN_FILE_PROCESS_INTERVAL="5",
+            AIRFLOW_CONN_SPARK_DEFAULT=self.spark_connection,
+            CDC_CONFIG=str(self.config),
+            CDC_LANDING=str(self.landing),
+            CDC_WAREHOUSE=str(self.warehouse),
+            SPARK_LOCAL_IP="127.0.0.1",
+        )
+        env.pop("CDC_SPARK_MASTER", None)
+        env.setdefault("CDC_SHUFFLE_PARTITIONS", "4")
+        return env
+
+    def airflow(
+        self, *args: str, timeout: int = 900, check: bool = True
+    ) -> subprocess.CompletedProcess[str]:
+        """Run an airflow CLI command against this installation."""
+        result = subprocess.run(
+            [str(BIN / "airflow"), *args],
+            env=self.environment(),
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            check=False,
+        )
+        if check and result.returncode != 0:
+            raise RuntimeError(
+                f"airflow {' '.join(args)} failed:\n{result.stdout[-3000:]}\n{result.stderr[-3000:]}"
+            )
+        return result
+
+    def migrate(self) -> None:
+        """Create or upgrade the metadata DB; the admin password is generated once."""
+        self.home.mkdir(parents=True, exist_ok=True)
+        if not self.passwords_file.exists():
+            self.passwords_file.write_text(json.dumps({"admin": secrets.token_urlsafe(12)}))
+        self.airflow("db", "migrate")
+
+    def start(self, *component: str) -> None:
+        """Start a component (api-server, scheduler, dag-processor) in its own process group."""
+        logs = self.log_dir or self.home / "logs"
+        logs.mkdir(parents=True, exist_ok=True)
+        log = (logs / f"{component[0]}.log").open("ab")
+        process = subprocess.Popen(
+            [str(BIN / "airflow"), *component],
+            env=self.environment(),
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        self.processes.append(process)
+
+    def start_services(self) -> None:
+        """api-server (tasks report to its execution API), scheduler and dag-processor."""
+        self.start("api-server", "--port", str(self.port))
+        self.start("scheduler")
+        self.start("dag-processor")
+        self.wait_for_api()
+
+    def wait_for_api(self, timeout: float = 180) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            try:
+                with urllib.request.urlopen(f"{self.url}/api/v2/monitor/health", timeout=5):
+                    return
+            except OSError:
+                time.sleep(1)
+        raise RuntimeError(f"the api-server did not answer on {self.url}")
+
+    def stop(self) -> None:
+        """Stop what this object started, by process group."""
+        for process in self.processes:
+            if process.poll() is None:
+                os.killpg(process.pid, signal.SIGTERM)
+        for process in self.processes:
+            try:
+                process.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                os.killpg(process.pid, signal.SIGKILL)
+                process.wait(timeout=10)
+        self.processes.clear()
+
+    def runs(self, dag_id: str) -> list[dict[str, Any]]:
+        return json_rows(self.airflow("dags", "list-runs", dag_id, "-o", "json").stdout)
+
+    def task_states(self, dag_id: str, run_id: str) -> dict[str, str]:
+        rows = json_rows(
+            self.airflow("tasks", "states-for-dag-run", dag_id, run_id, "-o", "json").stdout
+        )
+        return {row["task_id"]: row["state"] for row in rows}
+
+    def wait_for_runs(
+        self, dag_id: str, count: int, prefix: str = "", timeout: float = 1800
+    ) -> list[dict[str, Any]]:
+        """Wait until `count` runs whose run_id starts with `prefix` have finished."""
+        deadline = time.monotonic() + timeout
+        runs: list[dict[str, Any]] = []
+        while time.monotonic() < deadline:
+            runs = [
+                r
+                for r in self.runs(dag_id)
+                if r["state"] in ("success", "failed") and r["run_id"].startswith(prefix)
+            ]
+            if len(runs) >= count:
+                return runs
+            time.sleep(5)
+        raise RuntimeError(
+            f"{dag_id}: {len(runs)} of {count} runs finished in time (logs: {self.home})"
+        )
+
+
+def serve() -> int:
+    """`make airflow`: the full local Airflow (UI) on the repo's config until Ctrl-C."""
+    parser = argparse.ArgumentParser(prog="make airflow")
+    parser.add_argument("--port", type=int, default=int(os.environ.get("CDC_AIRFLOW_PORT", "8080")))
+    args = parser.parse_args()
+    from cdc_pipeline.config import default_config_path
+    from cdc_pipeline.paths import landing_root, warehouse_root
+
+    home = Path(os.environ.get("AIRFLOW_HOME") or project_root() / "airflow_home")
+    local = LocalAirflow(
+        home, default_config_path(), landing_root(), warehouse_root(), port=args.port
+    )
+    local.migrate()
+    local.start_services()
+    print(
+        f"Airflow UI: {local.url}  (user admin, password {local.admin_password()}; in {local.passwords_file})"
+    )
+    print("Ctrl-C stops it.", flush=True)
+    try:
+        while all(p.poll() is None for p in local.processes):
+            time.sleep(2)
+        print("an Airflow component exited; see the logs in", home / "logs", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return 0
+    finally:
+        local.stop()
+
+
+if __name__ == "__main__":
+    sys.exit(serve())
