@@ -7,11 +7,14 @@ STAMP := $(VENV)/.installed
 
 install: $(STAMP)
 
-# Debian packages: Java 17 for Spark; docker-compose to validate docker-compose.yaml (no engine).
+# Debian packages: Java 17 for Spark; docker-compose to validate docker-compose.yaml (no engine);
+# Chromium and its driver for the browser test.
 system:
 	@missing=""; \
 	command -v java >/dev/null 2>&1 || missing="$$missing openjdk-17-jre-headless"; \
 	command -v docker-compose >/dev/null 2>&1 || missing="$$missing docker-compose"; \
+	command -v chromium >/dev/null 2>&1 || missing="$$missing chromium"; \
+	command -v chromedriver >/dev/null 2>&1 || missing="$$missing chromium-driver"; \
 	if [ -n "$$missing" ]; then \
 	  echo "installing Debian packages:$$missing"; \
 	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; \

@@ -63,7 +63,7 @@ class CdcStepOperator(SparkSubmitOperator):
         self.maintenance_schedule = maintenance_schedule
         self.is_maintenance = is_maintenance
 
-    def execute(self, context: Any) -> dict[str, Any]:
+    def execute(self, context: Any) -> dict[str, Any]:  # type: ignore[override]
         if self.is_maintenance:
             start, end = context["data_interval_start"], context["data_interval_end"]
             forced = bool(context["params"].get("force_maintenance"))

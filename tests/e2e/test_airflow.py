@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import os
 import signal
 import subprocess
@@ -129,7 +130,8 @@ def test_scheduler_runs_an_overlapping_backfill_and_a_rest_triggered_run(
         for r in runs
     )
     overlaps = any(
-        later_start < earlier_end for (_, earlier_end), (later_start, _) in zip(spans, spans[1:])
+        later_start < earlier_end
+        for (_, earlier_end), (later_start, _) in itertools.pairwise(spans)
     )
     print(f"\nbackfill runs (start, end): {spans}; overlapping: {overlaps}")
     assert overlaps, "the backfill's runs were expected to overlap"
@@ -228,3 +230,84 @@ def test_the_same_dag_runs_on_a_spark_standalone_cluster(
         assert f"--master {spark_cluster}" in result.stdout + result.stderr
     assert table_rows(ws.paths("t_cluster").final, ["ID", "VALUE"]) == expected
     assert BIN.exists()
+
+
+def test_cdc_tables_view_needs_login_and_shows_each_table(
+    airflow: tuple[AirflowEnv, Workspace], tmp_path: Path
+) -> None:
+    import urllib.error
+    import urllib.request
+
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support import expected_conditions as ec
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    env, ws = airflow
+    if not env.processes:
+        env.start_services()
+    artifacts = Path(__file__).resolve().parents[2] / "test-artifacts"
+    artifacts.mkdir(exist_ok=True)
+    # Not logged in: the JSON is refused and the page sends to Airflow's login.
+    with pytest.raises(urllib.error.HTTPError) as refused:
+        urllib.request.urlopen(f"{env.url}/cdc-tables/api/tables", timeout=30)
+    assert refused.value.code == 401
+    with urllib.request.urlopen(f"{env.url}/cdc-tables/", timeout=30) as response:
+        assert "/auth/login" in response.url
+
+    options = webdriver.ChromeOptions()
+    options.binary_location = "/usr/bin/chromium"
+    for flag in (
+        "--headless=new",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-quic",
+        "--no-first-run",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
+        "--window-size=1400,900",
+        f"--user-data-dir={tmp_path / 'chromium'}",
+    ):
+        options.add_argument(flag)
+    driver = webdriver.Chrome(service=Service("/usr/bin/chromedriver"), options=options)
+    try:
+        wait = WebDriverWait(driver, 60)
+        driver.get(f"{env.url}/cdc-tables/")
+        wait.until(ec.presence_of_element_located((By.NAME, "username"))).send_keys("admin")
+        driver.find_element(By.NAME, "password").send_keys(env.admin_password())
+        driver.find_element(By.CSS_SELECTOR, "button[type=submit]").click()
+        wait.until(ec.presence_of_element_located((By.ID, "table-t_backfill")))
+        cells = [c.text for c in driver.find_elements(By.CSS_SELECTOR, "#table-t_backfill td")]
+        driver.save_screenshot(str(artifacts / "cdc_tables_view.png"))
+        final = ws.paths("t_backfill").final
+        from deltalake import DeltaTable
+
+        assert cells[0] == "t_backfill"
+        # The newest successful run: after unpausing, the scheduler also ran the latest hour.
+        newest = max(
+            datetime.fromisoformat(r["logical_date"])
+            for r in env.runs("cdc_t_backfill")
+            if r["state"] == "success"
+        )
+        assert cells[1].startswith(f"[{newest:%Y-%m-%d %H:%M}, ")
+        assert cells[2] == str(DeltaTable(str(final)).version())
+        assert cells[3] == str(len(table_rows(final, ["ID"])))
+        assert cells[5] == "0"
+        link = driver.find_element(By.CSS_SELECTOR, "#table-t_backfill a").get_attribute("href")
+        assert link == f"{env.url}/dags/cdc_t_backfill"
+        assert {
+            r.get_attribute("id") for r in driver.find_elements(By.CSS_SELECTOR, "tbody tr")
+        } == {f"table-{t}" for t in TABLES}
+        # The DAG's grid in the Airflow UI, logged in with the same session.
+        driver.get(f"{env.url}/dags/cdc_t_backfill")
+        wait.until(lambda d: "cdc_t_backfill" in d.find_element(By.TAG_NAME, "body").text)
+        time.sleep(3)  # let the grid render for the screenshot
+        driver.save_screenshot(str(artifacts / "dag_grid.png"))
+        # The view is in the UI's navigation as a plugin page.
+        driver.get(f"{env.url}/plugin/cdc-tables")
+        time.sleep(3)
+        driver.save_screenshot(str(artifacts / "cdc_tables_in_airflow_ui.png"))
+    finally:
+        driver.quit()
