@@ -30,6 +30,8 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import StringType, StructField, StructType
 
+from cdc_pipeline.errors import ConcurrentWriteError
+
 TMP_DIR = "_cdc_tmp"
 RUN_ID_KEY = "cdc_run_id"
 STEP_KEY = "cdc_step"
@@ -360,6 +362,44 @@ def find_commit(path: Path, read_version: int, run_id: str) -> CommitResult:
     if ours is None:
         raise RuntimeError(f"commit of run {run_id} not found in the log of {path}")
     return CommitResult(ours, between)
+
+
+def try_commit(
+    snapshot: Snapshot,
+    written: WrittenFiles,
+    mode: str,
+    step: str,
+    run_id: str,
+    attempt: int,
+    partition_filters: list[tuple[str, str, Any]] | None = None,
+) -> CommitResult | None:
+    """Commit, or after a conflict delete the written files, back off and return None (retry)."""
+    try:
+        return commit(snapshot, written, mode, step, run_id, partition_filters)
+    except CommitFailedError:
+        written.delete()
+        sleep_before_retry(attempt)
+        return None
+
+
+def append_with_retries(
+    frame: DataFrame, path: Path, step: str, max_attempts: int, fault_point: str | None = None
+) -> tuple[int, int]:
+    """Append `frame` to the existing table at `path`; returns (rows, version), retrying conflicts."""
+    for attempt in range(1, max_attempts + 1):
+        snapshot = load_snapshot(path)
+        run_id = new_run_id()
+        written = write_files(frame, path, snapshot.partition_columns, run_id)
+        if not written.actions:
+            return 0, snapshot.version
+        if fault_point is not None:
+            inject_fault(fault_point)
+        result = try_commit(snapshot, written, "append", step, run_id, attempt)
+        if result is not None:
+            return written.rows, result.version
+    raise ConcurrentWriteError(
+        f"{path}: {max_attempts} conflicting commits in a row; nothing was lost, run the step again"
+    )
 
 
 def retry_delay(attempt: int) -> float:

@@ -15,7 +15,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from deltalake.exceptions import CommitFailedError
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
@@ -136,26 +135,6 @@ def _partition_filters(
     return [(table.partition_column, "in", values)]
 
 
-def _append_tombstones(context: StepContext, tombstones_path: Any, frame: DataFrame) -> int:
-    """Commit the new tombstones (before final, so a delete is never applied unremembered)."""
-    for attempt in range(1, MAX_ATTEMPTS + 1):
-        snapshot = delta.load_snapshot(tombstones_path)
-        run_id = delta.new_run_id()
-        written = delta.write_files(frame, tombstones_path, [], run_id)
-        if not written.actions:
-            return 0
-        try:
-            delta.commit(snapshot, written, "append", "tombstones", run_id)
-        except CommitFailedError:
-            written.delete()
-            delta.sleep_before_retry(attempt)
-            continue
-        return written.rows
-    raise ConcurrentWriteError(
-        f"table {context.table.name}: could not append tombstones; run the step again"
-    )
-
-
 def apply_changes(context: StepContext, changes: DataFrame, report: StepReport) -> None:
     """Upsert/delete path: rewrite the touched partitions of final, retrying on conflicts."""
     table, paths = context.table, context.paths
@@ -171,7 +150,10 @@ def apply_changes(context: StepContext, changes: DataFrame, report: StepReport) 
             final = delta.load_snapshot(paths.final)
             tombstones = delta.load_snapshot(paths.tombstones)  # after final: see the run order
             plan = plan_rewrite(context, changes, keys_df, final, tombstones)
-            tombstones_added += _append_tombstones(context, paths.tombstones, plan.new_tombstones)
+            # Before final, so a delete is never applied without being remembered.
+            tombstones_added += delta.append_with_retries(
+                plan.new_tombstones, paths.tombstones, "tombstones", MAX_ATTEMPTS
+            )[0]
             if plan.touched is not None and not plan.touched:
                 report.counts.update(
                     partitions_rewritten=0, rows_written=0, final_version=final.version
@@ -182,18 +164,16 @@ def apply_changes(context: StepContext, changes: DataFrame, report: StepReport) 
                 plan.rows, paths.final, partition_by, run_id, table.zorder_by
             )
             delta.inject_fault("overwrite_final:before_commit")
-            try:
-                result = delta.commit(
-                    final,
-                    written,
-                    "overwrite",
-                    "overwrite_final",
-                    run_id,
-                    _partition_filters(table, plan.touched),
-                )
-            except CommitFailedError:
-                written.delete()
-                delta.sleep_before_retry(attempt)
+            result = delta.try_commit(
+                final,
+                written,
+                "overwrite",
+                "overwrite_final",
+                run_id,
+                attempt,
+                _partition_filters(table, plan.touched),
+            )
+            if result is None:
                 continue
             delta.inject_fault("overwrite_final:after_commit")
             report.counts.update(
@@ -243,11 +223,8 @@ def append_inserts(context: StepContext, changes: DataFrame, report: StepReport)
         if not written.actions:
             break
         delta.inject_fault("overwrite_final:before_commit")
-        try:
-            result = delta.commit(final, written, "append", "append_inserts", run_id)
-        except CommitFailedError:
-            written.delete()
-            delta.sleep_before_retry(attempt)
+        result = delta.try_commit(final, written, "append", "append_inserts", run_id, attempt)
+        if result is None:
             continue
         report.counts["final_version"] = result.version
         if result.interfering_versions:
@@ -273,18 +250,16 @@ def remove_duplicate_events(context: StepContext, partitions: set[Any] | None) -
         written = delta.write_files(
             deduplicated, paths.final, partition_by, run_id, table.zorder_by
         )
-        try:
-            result = delta.commit(
-                final,
-                written,
-                "overwrite",
-                "deduplicate",
-                run_id,
-                _partition_filters(table, partitions),
-            )
-        except CommitFailedError:
-            written.delete()
-            delta.sleep_before_retry(attempt)
+        result = delta.try_commit(
+            final,
+            written,
+            "overwrite",
+            "deduplicate",
+            run_id,
+            attempt,
+            _partition_filters(table, partitions),
+        )
+        if result is None:
             continue
         if not result.interfering_versions:
             return result.version

@@ -11,7 +11,6 @@ from __future__ import annotations
 import sys
 from collections.abc import Sequence
 
-from deltalake.exceptions import CommitFailedError
 from pyspark.sql import DataFrame
 
 from cdc_pipeline.errors import ConcurrentWriteError
@@ -59,11 +58,8 @@ def run_reset_staging(context: StepContext) -> StepReport:
         run_id = delta.new_run_id()
         written = delta.write_files(rows, paths.staging, [BATCH], run_id)
         delta.inject_fault("reset_staging:before_commit")
-        try:
-            result = delta.commit(staging, written, "overwrite", "reset_staging", run_id)
-        except CommitFailedError:
-            written.delete()
-            delta.sleep_before_retry(attempt)
+        result = delta.try_commit(staging, written, "overwrite", "reset_staging", run_id, attempt)
+        if result is None:
             continue
         report.counts.update(
             rows_before=staging.num_records,

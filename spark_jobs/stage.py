@@ -10,7 +10,6 @@ from pathlib import Path
 
 import pyarrow as pa
 from deltalake import write_deltalake
-from deltalake.exceptions import CommitFailedError
 from pyspark.errors import AnalysisException
 from pyspark.sql import DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
@@ -202,39 +201,11 @@ def read_snapshot_distinct_files(
 
 
 def _commit_append(
-    path: Path,
-    frame: DataFrame,
-    schema: StructType,
-    partition_by: list[str],
-    step: str,
-    fault_point: str,
+    path: Path, frame: DataFrame, partition_by: list[str], step: str, fault_point: str
 ) -> tuple[int, int]:
     """Append `frame` to the table at `path` (created if needed); returns (rows, version)."""
-    delta.ensure_table(path, schema, partition_by)
-    for attempt in range(1, MAX_COMMIT_ATTEMPTS + 1):
-        snapshot = delta.load_snapshot(path)
-        run_id = delta.new_run_id()
-        written = delta.write_files(frame, path, partition_by, run_id)
-        if not written.actions:
-            return 0, snapshot.version
-        delta.inject_fault(fault_point)
-        try:
-            result = delta.commit(snapshot, written, "append", step, run_id)
-        except CommitFailedError:
-            written.delete()
-            delta.sleep_before_retry(attempt)
-            continue
-        return written.rows, result.version
-    raise delta_conflict(path)
-
-
-def delta_conflict(path: Path) -> Exception:
-    """The error raised when commits to `path` kept conflicting."""
-    from cdc_pipeline.errors import ConcurrentWriteError
-
-    return ConcurrentWriteError(
-        f"gave up after {MAX_COMMIT_ATTEMPTS} conflicting commits to {path}; nothing was lost, run the step again"
-    )
+    delta.ensure_table(path, frame.schema, partition_by)
+    return delta.append_with_retries(frame, path, step, MAX_COMMIT_ATTEMPTS, fault_point)
 
 
 def run_stage(context: StepContext, interval: Interval) -> StepReport:
@@ -286,10 +257,10 @@ def run_stage(context: StepContext, interval: Interval) -> StepReport:
         ~file_key.isin([f"{b}/{n}" for b, n in in_quarantine])
     )
     staged, staging_version = _commit_append(
-        paths.staging, good, good.schema, [BATCH], "stage", "stage:before_staging_commit"
+        paths.staging, good, [BATCH], "stage", "stage:before_staging_commit"
     )
     quarantined, quarantine_version = _commit_append(
-        paths.quarantine, bad, bad.schema, [BATCH], "quarantine", "stage:before_quarantine_commit"
+        paths.quarantine, bad, [BATCH], "quarantine", "stage:before_quarantine_commit"
     )
     typed.unpersist()
     delta.inject_fault("stage:before_ledger_commit")

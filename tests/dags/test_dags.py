@@ -65,7 +65,7 @@ def test_planned_dag_is_plain_data() -> None:
         "@weekly",
     ]
     assert plan.tags == ("cdc", "parquet", "upsert")
-    assert "partition_column: CREATE_DATE_YEAR" in plan.doc_md
+    assert '"partition_column": "CREATE_DATE_YEAR"' in plan.doc_md
 
 
 def test_maintenance_is_due_when_its_cadence_fires_inside_the_interval() -> None:
