@@ -201,6 +201,12 @@ def serve() -> int:
     from cdc_pipeline.config import default_config_path
     from cdc_pipeline.paths import landing_root, warehouse_root
 
+    def interrupt(signum: int, frame: Any) -> None:
+        raise KeyboardInterrupt
+
+    # Ctrl-C, and a plain `kill`, both stop the components this process started.
+    signal.signal(signal.SIGINT, interrupt)
+    signal.signal(signal.SIGTERM, interrupt)
     home = Path(os.environ.get("AIRFLOW_HOME") or project_root() / "airflow_home")
     local = LocalAirflow(
         home, default_config_path(), landing_root(), warehouse_root(), port=args.port

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import json
 import os
 import signal
 import subprocess
@@ -121,6 +122,14 @@ def test_scheduler_runs_an_overlapping_backfill_and_a_rest_triggered_run(
         state = env.api("GET", f"/dags/cdc_t_rest/dagRuns/{run['dag_run_id']}")["state"]
     assert state == "success"
     assert table_rows(ws.paths("t_rest").final, ["ID", "VALUE"]) == rest_expected
+    # The step's counts are the task's XCom.
+    entry = env.api(
+        "GET",
+        f"/dags/cdc_t_rest/dagRuns/{run['dag_run_id']}/taskInstances/overwrite_final/xcomEntries/return_value",
+    )
+    value = json.loads(entry["value"]) if isinstance(entry["value"], str) else entry["value"]
+    assert value["step"] == "overwrite-final"
+    assert (value["counts"]["changes"], value["counts"]["rows_written"]) == (2, 2)
 
     runs = env.wait_for_runs("cdc_t_backfill", 3, prefix="backfill__")
     assert [r["state"] for r in runs] == ["success"] * 3
