@@ -38,7 +38,8 @@ STEP_KEY = "cdc_step"
 FILE_NAME_COLUMN = "_cdc_file_name"
 # Operations that rearrange files without changing what a table holds.
 _NON_DATA_OPERATIONS = {
-    "OPTIMIZE",
+    # Not OPTIMIZE: it replaces files an overwrite may have read, and delta-rs lets that
+    # overwrite commit, leaving the compacted copy beside its rewrite.
     "VACUUM START",
     "VACUUM END",
     "CREATE TABLE",

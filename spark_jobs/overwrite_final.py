@@ -102,21 +102,19 @@ def plan_rewrite(
     else:
         touched = None
         final_rows = delta.read_snapshot(spark, final)
-    current = final_rows.join(keys_df, on=keys, how="left_semi")
     remembered = delta.read_snapshot(spark, tombstones).join(
         F.broadcast(keys_df), on=keys, how="left_semi"
     )
+    # Every row of the touched partitions is ranked, not only the changed keys: the result is
+    # the same, and a partition left with two rows of a key by a concurrent writer heals.
     candidates = (
         changes.select(*change_columns)
-        .unionByName(_as_changes(current, change_columns, "U"))
+        .unionByName(_as_changes(final_rows, change_columns, "U"))
         .unionByName(_as_changes(remembered, change_columns, "D"))
     )
     winners = latest_change_per_key(candidates, keys, table.sequence_by)
-    untouched_keys = final_rows.join(keys_df, on=keys, how="left_anti")
     output_columns = [c for c in change_columns if c != FLAG]
-    rows = untouched_keys.select(*output_columns).unionByName(
-        winners.filter(F.col(FLAG) != "D").select(*output_columns)
-    )
+    rows = winners.filter(F.col(FLAG) != "D").select(*output_columns)
     tombstone_columns = [*keys, *table.sequence_by, *ARRIVAL]
     new_tombstones = (
         winners.filter(F.col(FLAG) == "D")
