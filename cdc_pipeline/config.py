@@ -41,6 +41,26 @@ _SIMPLE_TYPES = {
 _PARAM_TYPES = re.compile(
     r"^(decimal|numeric)\(\s*\d+\s*(,\s*\d+\s*)?\)$|^(varchar|char)\(\s*\d+\s*\)$"
 )
+# Columns a change format adds to every change row, usable in sequence_by (name -> Spark type).
+FORMAT_COLUMNS: dict[str, dict[str, str]] = {
+    "flat": {},
+    "debezium": {
+        "_cdc_source_ts_ms": "bigint",
+        "_cdc_lsn": "bigint",
+        "_cdc_binlog_file": "string",
+        "_cdc_binlog_pos": "bigint",
+        "_cdc_binlog_row": "int",
+        "_cdc_position": "string",
+    },
+    "wal2json": {"_cdc_lsn": "bigint", "_cdc_position": "string"},
+}
+# The source's own order, used when a row of these formats omits sequence_by.
+DEFAULT_SEQUENCE_BY: dict[str, list[str]] = {
+    "debezium": ["_cdc_source_ts_ms", "_cdc_position"],
+    "wal2json": ["_cdc_position"],
+}
+# Where the change kind is read from for the event formats (they carry an op, not a flag column).
+EVENT_OP_COLUMN = "_cdc_op"
 SPARK_TYPES_HELP = (
     "a Spark SQL type such as bigint, int, string, double, decimal(10,2), date, timestamp"
 )
@@ -59,15 +79,31 @@ class TableConfig(BaseModel):
 
     name: str = Field(pattern=NAME_PATTERN, description="Table name; the DAG id is cdc_<name>.")
     file_format: Literal["parquet", "csv", "json"] = Field(
-        default="parquet", description="Format of the landed change files (json = JSON lines)."
+        default="parquet",
+        description="Format of the landed change files (json = JSON lines; the default for "
+        "debezium and wal2json).",
+    )
+    change_format: Literal["flat", "debezium", "wal2json"] = Field(
+        default="flat",
+        description="flat: one row per change with a flag column; debezium: Debezium change "
+        "events; wal2json: wal2json format-version 2 lines.",
     )
     columns: dict[str, str] | None = Field(
         default=None,
-        description="Column name -> Spark SQL type. Optional for parquet (the files carry a schema).",
+        description="Column name -> Spark SQL type. Optional except for csv: without it the "
+        "files give the schema, and it evolves (see on_schema_change).",
+    )
+    on_schema_change: Literal["evolve", "quarantine"] = Field(
+        default="evolve",
+        description="When columns is omitted and a batch's schema differs from staging's: evolve "
+        "adds new columns and applies widening type changes (a narrowing or incompatible change "
+        "quarantines the batch); quarantine refuses every change.",
     )
     keys: list[str] = Field(min_length=1, description="Record key columns (composite allowed).")
     sequence_by: list[str] = Field(
-        min_length=1, description="Columns ordering the changes of a key; later ones break ties."
+        min_length=1,
+        description="Columns ordering the changes of a key; later ones break ties. Optional for "
+        "debezium and wal2json (the source's own order).",
     )
     partition_expression: str | None = Field(
         default=None, description="Spark SQL expression giving the final table's partition value."
@@ -105,6 +141,16 @@ class TableConfig(BaseModel):
     )
     description: str | None = Field(default=None, description="Free text shown in the DAG docs.")
 
+    @model_validator(mode="before")
+    @classmethod
+    def _format_defaults(cls, data: Any) -> Any:
+        if isinstance(data, Mapping) and data.get("change_format") in DEFAULT_SEQUENCE_BY:
+            data = dict(data)
+            data.setdefault("file_format", "json")
+            if not data.get("sequence_by"):
+                data["sequence_by"] = list(DEFAULT_SEQUENCE_BY[data["change_format"]])
+        return data
+
     @field_validator("keys", "sequence_by", "zorder_by")
     @classmethod
     def _no_duplicates(cls, value: list[str]) -> list[str]:
@@ -137,14 +183,24 @@ class TableConfig(BaseModel):
     @model_validator(mode="after")
     def _fields_agree(self) -> TableConfig:
         problems: list[str] = []
-        if self.columns is None and self.file_format != "parquet":
+        if self.columns is None and self.file_format == "csv":
+            problems.append("columns: required for file_format csv (CSV values carry no types)")
+        if self.change_format != "flat" and self.file_format != "json":
             problems.append(
-                f"columns: required for file_format {self.file_format} (only parquet carries a schema)"
+                f"file_format: change_format {self.change_format} is read from JSON lines "
+                "(file_format json)"
             )
-        declared = set(self.columns or {})
+        format_columns = FORMAT_COLUMNS[self.change_format]
+        declared = set(self.columns or {}) | set(format_columns)
         for field_name in ("keys", "sequence_by", "zorder_by"):
             for column in getattr(self, field_name):
-                if self.columns is not None and column not in declared:
+                known = declared if self.columns is not None else set(format_columns)
+                if column.startswith(TECHNICAL_PREFIX) and column not in format_columns:
+                    problems.append(
+                        f"{field_name}: {column!r} is not a column of change_format "
+                        f"{self.change_format} (those are: {', '.join(format_columns) or 'none'})"
+                    )
+                elif self.columns is not None and column not in known:
                     problems.append(f"{field_name}: {column!r} is not a declared column")
         if self.columns is not None and self.flag_column in declared:
             problems.append(f"flag_column: {self.flag_column!r} must not also be a declared column")
@@ -192,6 +248,16 @@ class TableConfig(BaseModel):
     def data_columns(self) -> list[str] | None:
         """Declared columns in declaration order, or None when the files give the schema."""
         return list(self.columns) if self.columns is not None else None
+
+    @property
+    def format_columns(self) -> dict[str, str]:
+        """The `_cdc_` columns the change format adds to every row (name -> Spark type)."""
+        return dict(FORMAT_COLUMNS[self.change_format])
+
+    @property
+    def flag_source(self) -> str:
+        """Column the change kind (I, U, D) is read from: the flag column, or the event's op."""
+        return self.flag_column if self.change_format == "flat" else EVENT_OP_COLUMN
 
 
 _PRESETS = {

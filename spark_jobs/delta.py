@@ -323,12 +323,14 @@ def commit(
     step: str,
     run_id: str,
     partition_filters: list[tuple[str, str, Any]] | None = None,
+    schema: StructType | None = None,
 ) -> CommitResult:
     """Commit the written files from `snapshot`'s version in one atomic delta-rs commit.
 
     mode "append" adds the files; mode "overwrite" also removes every file of the snapshot
-    that matches `partition_filters` (all files when None). Raises CommitFailedError when a
-    concurrent commit conflicts; the caller deletes its files and retries from a new snapshot.
+    that matches `partition_filters` (all files when None), and may change the table's schema
+    to `schema`. Raises CommitFailedError when a concurrent commit conflicts; the caller
+    deletes its files and retries from a new snapshot.
     """
     if snapshot.table is None or snapshot.schema is None:
         raise ValueError(f"no Delta table at {snapshot.path}")
@@ -336,7 +338,7 @@ def commit(
     snapshot.table.create_write_transaction(
         actions,
         mode=mode,
-        schema=Schema.from_json(snapshot.schema.json()),
+        schema=Schema.from_json((schema or snapshot.schema).json()),
         partition_by=snapshot.partition_columns or None,
         partition_filters=partition_filters,
         commit_properties=CommitProperties(custom_metadata={RUN_ID_KEY: run_id, STEP_KEY: step}),
@@ -400,6 +402,81 @@ def append_with_retries(
             return written.rows, result.version
     raise ConcurrentWriteError(
         f"{path}: {max_attempts} conflicting commits in a row; nothing was lost, run the step again"
+    )
+
+
+def evolved_schema(current: StructType, target: StructType) -> StructType:
+    """`current` with the types of `target` where they differ, then `target`'s new columns."""
+    wanted = {f.name: f for f in target.fields}
+    fields = [
+        StructField(f.name, wanted[f.name].dataType, True) if f.name in wanted else f
+        for f in current.fields
+    ]
+    known = {f.name for f in current.fields}
+    fields += [StructField(f.name, f.dataType, True) for f in target.fields if f.name not in known]
+    return StructType(fields)
+
+
+def evolve_table(
+    spark: SparkSession, path: Path, target: StructType, max_attempts: int = 8
+) -> list[str]:
+    """Give the table at `path` the columns and types of `target`; returns what changed.
+
+    New columns are a metadata-only commit (older files read them as null). A widened type
+    rewrites the whole table with its values cast, in one overwrite commit that also sets the
+    new schema, so every file matches the schema the log declares.
+    """
+    for attempt in range(1, max_attempts + 1):
+        snapshot = load_snapshot(path)
+        if snapshot.table is None or snapshot.schema is None:
+            return []
+        current = snapshot.schema
+        new_schema = evolved_schema(current, target)
+        if new_schema == current:
+            return []
+        known = {f.name: f.dataType for f in current.fields}
+        widened = [
+            f"{f.name} {known[f.name].simpleString()} -> {f.dataType.simpleString()}"
+            for f in new_schema.fields
+            if f.name in known and known[f.name] != f.dataType
+        ]
+        added = [
+            f"{f.name} {f.dataType.simpleString()}" for f in new_schema.fields if f.name not in known
+        ]
+        changes = [f"add {a}" for a in added] + [f"widen {w}" for w in widened]
+        run_id = new_run_id()
+        if not widened:
+            fields = Schema.from_json(
+                StructType([f for f in new_schema.fields if f.name not in known]).json()
+            ).fields
+            try:
+                snapshot.table.alter.add_columns(
+                    fields,
+                    commit_properties=CommitProperties(
+                        custom_metadata={RUN_ID_KEY: run_id, STEP_KEY: "evolve_schema"}
+                    ),
+                )
+            except CommitFailedError:
+                sleep_before_retry(attempt)
+                continue
+            return changes
+        rows = read_snapshot(spark, snapshot).select(
+            *[
+                (F.col(f.name) if f.name in known else F.lit(None)).cast(f.dataType).alias(f.name)
+                for f in new_schema.fields
+            ]
+        )
+        written = write_files(rows, path, snapshot.partition_columns, run_id)
+        result = None
+        try:
+            result = commit(snapshot, written, "overwrite", "evolve_schema", run_id, schema=new_schema)
+        except CommitFailedError:
+            written.delete()
+            sleep_before_retry(attempt)
+        if result is not None:
+            return changes
+    raise ConcurrentWriteError(
+        f"{path}: could not change the schema ({max_attempts} conflicting commits); run again"
     )
 
 

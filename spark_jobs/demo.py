@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import json
+import shutil
 import tempfile
 from datetime import datetime, timedelta
 from pathlib import Path
 
-from cdc_pipeline.config import ConfigLoadResult
+from cdc_pipeline.config import ConfigLoadResult, TableConfig, project_root
 from cdc_pipeline.errors import ConfigError
 from cdc_pipeline.intervals import HourBatch, Interval, format_timestamp
 from cdc_pipeline.paths import TablePaths
@@ -18,7 +19,9 @@ from spark_jobs.optimize import run_optimize
 from spark_jobs.overwrite_final import run_overwrite_final
 from spark_jobs.stage import run_stage
 
-DEMO_TABLES = ("orders", "customers", "events")
+DEMO_TABLES = ("orders", "customers", "events", "customers_cdc", "accounts")
+# Tables whose demo changes are the hand-written sample files under samples/<change_format>/.
+SAMPLE_FILE_TABLES = ("customers_cdc", "accounts")
 
 # Seed 000's story: Alice and Bob, then Alice becomes Angela, Bob is deleted (key only) and
 # id2 comes back as Carol. Sequence SEQ orders the changes.
@@ -44,6 +47,22 @@ def write_customers(landing_dir: Path, start: datetime) -> int:
     return len(CUSTOMER_HOURS)
 
 
+def copy_sample_files(table: TableConfig, landing_dir: Path, start: datetime, hours: int) -> int:
+    """Copy samples/<change_format>/<table>/hour-NN.json into the hour folders from `start`."""
+    copied = 0
+    for source in sorted(
+        (project_root() / "samples" / table.change_format / table.name).glob("hour-*.json")
+    ):
+        offset = int(source.stem.split("-")[1])
+        if offset >= hours:
+            continue
+        folder = landing_dir / HourBatch(start + timedelta(hours=offset)).folder
+        folder.mkdir(parents=True, exist_ok=True)
+        shutil.copy(source, folder / f"{table.name}-{offset:02d}.json")
+        copied += 1
+    return copied
+
+
 def generate_demo_data(
     spark, configs: ConfigLoadResult, start: datetime, hours: int, keys: int
 ) -> None:  # type: ignore[no-untyped-def]
@@ -61,6 +80,8 @@ def generate_demo_data(
             generate_orders(spark, spec, paths.landing, start, hours, table.file_format)
         elif name == "customers":
             write_customers(paths.landing, start)
+        elif name in SAMPLE_FILE_TABLES:
+            copy_sample_files(table, paths.landing, start, hours)
         else:
             generate_events(
                 spark,

@@ -133,6 +133,23 @@ def _partition_filters(
     return [(table.partition_column, "in", values)]
 
 
+def evolve_to_staging(
+    context: StepContext, staging_schema: StructType, report: StepReport
+) -> None:
+    """Give final (and tombstones) the columns and widened types staging has gained."""
+    table, paths, spark = context.table, context.paths, context.spark
+    changed = delta.evolve_table(spark, paths.final, final_schema(staging_schema))
+    if not table.insert_only:
+        delta.evolve_table(spark, paths.tombstones, tombstone_schema(staging_schema, table))
+    if changed:
+        report.counts["schema_changes"] = len(changed)
+        print(
+            f"warning: table {table.name}: final schema evolved: {', '.join(changed)}",
+            file=sys.stderr,
+            flush=True,
+        )
+
+
 def apply_changes(context: StepContext, changes: DataFrame, report: StepReport) -> None:
     """Upsert/delete path: rewrite the touched partitions of final, retrying on conflicts."""
     table, paths = context.table, context.paths
@@ -140,6 +157,7 @@ def apply_changes(context: StepContext, changes: DataFrame, report: StepReport) 
     partition_by = [table.partition_column] if table.partition_column else []
     delta.ensure_table(paths.final, final_schema(staging_schema), partition_by)
     delta.ensure_table(paths.tombstones, tombstone_schema(staging_schema, table), [])
+    evolve_to_staging(context, staging_schema, report)
     keys_df = changes.select(*table.keys).distinct().persist()
     report.counts["keys"] = keys_df.count()
     tombstones_added = 0
@@ -200,6 +218,7 @@ def append_inserts(context: StepContext, changes: DataFrame, report: StepReport)
     table, paths, spark = context.table, context.paths, context.spark
     partition_by = [table.partition_column] if table.partition_column else []
     delta.ensure_table(paths.final, final_schema(changes.schema), partition_by)
+    evolve_to_staging(context, changes.schema, report)
     identity = [*table.keys, *table.sequence_by]
     fresh_candidates = latest_arrival_per_key_and_sequence(
         changes, table.keys, table.sequence_by
@@ -278,6 +297,7 @@ def run_overwrite_final(context: StepContext, interval: Interval) -> StepReport:
             changes=0, keys=0, partitions_rewritten=0, rows_written=0, final_version=final.version
         )
         return report
+    delta.inject_fault("overwrite_final:before_first_write")
     changes = delta.read_snapshot(context.spark, staging, partitions=batches).persist()
     try:
         report.counts["changes"] = changes.count()

@@ -19,12 +19,13 @@ from cdc_pipeline.config import TableConfig
 from cdc_pipeline.errors import ConfigError, InputError
 from cdc_pipeline.intervals import Interval
 from cdc_pipeline.paths import TablePaths
+from cdc_pipeline.schema import plan_schema
 from spark_jobs import delta
 from spark_jobs.common import StepArgs, StepContext, StepReport, run_step
+from spark_jobs.formats import ChangeRead, read_json_changes
 from spark_jobs.transforms import (
     ARRIVAL,
     BATCH,
-    CORRUPT,
     FILE,
     FLAG,
     REASON,
@@ -122,21 +123,21 @@ def _csv_header(path: Path) -> tuple[str, ...]:
 
 def read_landing(
     spark: SparkSession, table: TableConfig, files: Sequence[LandingFile]
-) -> DataFrame:
-    """The change rows of `files` as read (csv/json values as strings) with arrival columns."""
+) -> ChangeRead:
+    """The change rows of `files` as read (csv/json values as text) with arrival columns."""
     paths = [str(f.path) for f in files]
-    if table.file_format == "parquet":
-        return _with_arrival(spark.read.option("mergeSchema", "true").parquet(*paths), "row_index")
-    declared = [*(table.data_columns or []), table.flag_column]
     if table.file_format == "json":
-        schema = StructType([StructField(c, StringType(), True) for c in declared])
-        schema.add(StructField(CORRUPT, StringType(), True))
-        reader = (
-            spark.read.schema(schema)
-            .option("mode", "PERMISSIVE")
-            .option("columnNameOfCorruptRecord", CORRUPT)
-        )
-        return _with_arrival(reader.json(paths), "scan")
+        lines = _with_arrival(spark.read.text(paths), "scan")
+        return read_json_changes(spark, table, lines)
+    if table.file_format == "parquet":
+        frame = _with_arrival(spark.read.option("mergeSchema", "true").parquet(*paths), "row_index")
+        technical = {table.flag_source, *ARRIVAL}
+        found = {
+            f.name: f.dataType.simpleString()
+            for f in frame.schema.fields
+            if f.name not in technical
+        }
+        return _flat_read(table, frame, found)
     # CSV: group the files by header so each file's columns are matched by name, not position.
     groups: dict[tuple[str, ...], list[str]] = {}
     for landing_file in files:
@@ -158,22 +159,26 @@ def read_landing(
     result = frames[0]
     for frame in frames[1:]:
         result = result.unionByName(frame, allowMissingColumns=True)
-    return result
+    found = {c: "string" for c in result.columns if c not in {table.flag_source, *ARRIVAL}}
+    return _flat_read(table, result, found)
 
 
-def column_types_for(table: TableConfig, raw: DataFrame, staging: delta.Snapshot) -> dict[str, str]:
-    """Column name -> Spark SQL type of the table's data columns."""
-    if table.columns is not None:
-        return dict(table.columns)
-    if staging.schema is not None:
-        technical = {*ARRIVAL, FLAG, table.partition_column}
-        return {
-            f.name: f.dataType.simpleString()
-            for f in staging.schema.fields
-            if f.name not in technical
-        }
-    skip = {table.flag_column, *ARRIVAL, CORRUPT}
-    return {f.name: f.dataType.simpleString() for f in raw.schema.fields if f.name not in skip}
+def _flat_read(table: TableConfig, frame: DataFrame, found: dict[str, str]) -> ChangeRead:
+    """A parquet or csv read: declared columns win; undeclared ones are reported."""
+    if table.columns is None:
+        return ChangeRead(frame, dict(found))
+    undeclared = sorted(set(found) - set(table.columns))
+    return ChangeRead(frame, dict(table.columns), undeclared=undeclared)
+
+
+def table_column_types(table: TableConfig, staging: delta.Snapshot) -> dict[str, str] | None:
+    """Staging's data columns and types (None before staging exists)."""
+    if staging.schema is None:
+        return None
+    technical = {*ARRIVAL, FLAG, table.partition_column}
+    return {
+        f.name: f.dataType.simpleString() for f in staging.schema.fields if f.name not in technical
+    }
 
 
 def staging_columns(table: TableConfig, column_types: dict[str, str]) -> list[str]:
@@ -229,13 +234,26 @@ def run_stage(context: StepContext, interval: Interval) -> StepReport:
     # of them: each table takes only the rows of files it does not hold yet.
     in_staging = _files_in(spark, staging, batches)
     in_quarantine = _files_in(spark, quarantine, batches)
-    raw = read_landing(spark, table, pending)
-    column_types = column_types_for(table, raw, staging)
-    flag_present = table.flag_column in raw.columns
+    delta.inject_fault("stage:before_first_write")
+    read = read_landing(spark, table, pending)
+    raw = read.frame
+    counts.update(read.ignored)
+    if read.undeclared:
+        counts["undeclared_columns_ignored"] = len(read.undeclared)
+        warn(
+            f"table {table.name}: {interval}: columns not in the config row are ignored: "
+            + ", ".join(read.undeclared)
+        )
+    flag_present = table.flag_source in raw.columns
     if not flag_present and not table.insert_only:
         raise InputError(
             f"table {table.name}: the change files of {interval} have no flag column {table.flag_column}"
         )
+    policy = table.on_schema_change if table.columns is None else "evolve"
+    plan = plan_schema(table_column_types(table, staging), read.batch_types, policy)
+    if plan.refused:
+        refuse_batch(context, interval, read, flag_present, plan.refused, in_quarantine)
+    column_types = plan.columns
     try:
         typed = type_changes(raw, table, column_types, flag_present).persist()
         per_file = (
@@ -251,11 +269,15 @@ def run_stage(context: StepContext, interval: Interval) -> StepReport:
         raise ConfigError(f"table {table.name}: partition_expression: {message}") from None
     file_key = F.concat_ws("/", F.col(BATCH), F.col(FILE))
     columns = staging_columns(table, column_types)
-    _check_staging_schema(table, staging, typed.select(*columns).schema)
+    if plan.changes and staging.exists:
+        changed = delta.evolve_table(spark, paths.staging, typed.select(*columns).schema)
+        counts.update(columns_added=len(plan.added), columns_widened=len(plan.widened))
+        warn(f"table {table.name}: {interval}: staging schema evolved: {', '.join(changed)}")
     good = good_changes(typed, columns).filter(~file_key.isin([f"{b}/{n}" for b, n in in_staging]))
     bad = quarantined_changes(typed, table, column_types).filter(
         ~file_key.isin([f"{b}/{n}" for b, n in in_quarantine])
     )
+    _evolve_quarantine(spark, paths.quarantine, bad.schema)
     staged, staging_version = _commit_append(
         paths.staging, good, [BATCH], "stage", "stage:before_staging_commit"
     )
@@ -303,23 +325,54 @@ def run_stage(context: StepContext, interval: Interval) -> StepReport:
     return report
 
 
-def _check_staging_schema(
-    table: TableConfig, staging: delta.Snapshot, incoming: StructType
-) -> None:
-    """Refuse a batch whose columns or types differ from staging's (nothing is written)."""
-    if staging.schema is None:
+def warn(message: str) -> None:
+    """A warning line on stderr (the task log); the summary line stays the one line on stdout."""
+    print(f"warning: {message}", file=sys.stderr, flush=True)
+
+
+def _evolve_quarantine(spark: SparkSession, path: Path, incoming: StructType) -> None:
+    """Quarantine keeps every column as text: add the columns a batch brings (never narrows)."""
+    snapshot = delta.load_snapshot(path)
+    if snapshot.schema is None:
         return
-    existing = {f.name: f.dataType.simpleString() for f in staging.schema.fields}
-    new = {f.name: f.dataType.simpleString() for f in incoming.fields}
-    if existing != new:
-        changed = sorted(
-            f"{name} ({existing.get(name, 'absent')} -> {new.get(name, 'absent')})"
-            for name in set(existing) | set(new)
-            if existing.get(name) != new.get(name)
-        )
-        raise InputError(
-            f"table {table.name}: the change files' schema differs from staging's: {', '.join(changed)}"
-        )
+    known = set(snapshot.schema.fieldNames())
+    new = [f for f in incoming.fields if f.name not in known]
+    if new:
+        delta.evolve_table(spark, path, StructType(new))
+
+
+def refuse_batch(
+    context: StepContext,
+    interval: Interval,
+    read: ChangeRead,
+    flag_present: bool,
+    problems: list[str],
+    in_quarantine: set[tuple[str, str]],
+) -> None:
+    """Quarantine every row of a batch whose schema cannot be applied, then fail the step.
+
+    Staging and final are not touched and the files are not recorded as staged, so once the
+    config row says how to read them (columns, on_schema_change) a rerun stages them.
+    """
+    spark, table, paths = context.spark, context.table, context.paths
+    batch_types = {name: kind or "string" for name, kind in read.batch_types.items()}
+    reason = "schema change refused: " + "; ".join(problems)
+    typed = type_changes(read.frame, table, batch_types, flag_present).withColumn(
+        REASON, F.lit(reason)
+    )
+    file_key = F.concat_ws("/", F.col(BATCH), F.col(FILE))
+    rows = quarantined_changes(typed, table, batch_types).filter(
+        ~file_key.isin([f"{b}/{n}" for b, n in in_quarantine])
+    )
+    _evolve_quarantine(spark, paths.quarantine, rows.schema)
+    quarantined, _ = _commit_append(
+        paths.quarantine, rows, [BATCH], "quarantine", "stage:before_quarantine_commit"
+    )
+    raise InputError(
+        f"table {table.name}: {interval}: {reason}. The batch's rows are in quarantine "
+        f"({quarantined} new); staging and final are unchanged. Declare the column types in "
+        "the config row's columns, then rerun the interval"
+    )
 
 
 def stage_step(context: StepContext, args: StepArgs) -> StepReport:

@@ -18,7 +18,7 @@ FILE = "_cdc_file"
 ROW = "_cdc_row"
 REASON = "_cdc_reason"
 RAW = "_cdc_raw"
-CORRUPT = "_corrupt_record"
+FORMAT_ERROR = "_cdc_format_error"
 ARRIVAL = (BATCH, FILE, ROW)
 VALID_FLAGS = ("I", "U", "D")
 RAW_PREFIX = "__raw_"
@@ -35,7 +35,9 @@ def type_changes(
     """Typed change rows plus `_cdc_reason` (null for a good row) and the raw values.
 
     `raw` holds the source columns as read (strings for csv/json, typed for parquet), the
-    flag column when present, and the arrival columns. Columns missing from the files are null.
+    flag (or event op) column when present, the arrival columns, and for JSON lines the line
+    (`_cdc_raw`) and the reason it could not be read (`_cdc_format_error`). Columns missing
+    from the files are null.
     """
     available = set(raw.columns)
     projections: list[Column] = []
@@ -43,18 +45,21 @@ def type_changes(
         source = F.col(f"`{column}`") if column in available else F.lit(None)
         projections.append(source.cast("string").alias(raw_name(column)))
         projections.append(source.try_cast(spark_type).alias(column))
-    if flag_present and table.flag_column in available:
-        flag = F.upper(F.trim(F.col(f"`{table.flag_column}`").cast("string")))
+    flag_source = table.flag_source
+    if flag_present and flag_source in available:
+        flag = F.upper(F.trim(F.col(f"`{flag_source}`").cast("string")))
         if table.insert_only:
             flag = F.coalesce(flag, F.lit("I"))  # events often carry no flag: an insert
-        raw_flag = F.col(f"`{table.flag_column}`").cast("string")
+        raw_flag = F.col(f"`{flag_source}`").cast("string")
     else:
         # An insert-only event table may land without a flag column: every row is an insert.
         flag = F.lit("I")
         raw_flag = F.lit(None).cast("string")
-    projections += [flag.alias(FLAG), raw_flag.alias(raw_name(table.flag_column))]
-    corrupt = F.col(CORRUPT) if CORRUPT in available else F.lit(None).cast("string")
-    projections += [corrupt.alias(RAW), *[F.col(c) for c in ARRIVAL]]
+    projections += [flag.alias(FLAG), raw_flag.alias(raw_name(flag_source))]
+    for column in (RAW, FORMAT_ERROR):
+        value = F.col(column) if column in available else F.lit(None).cast("string")
+        projections.append(value.alias(column))
+    projections += [F.col(c) for c in ARRIVAL]
     typed = raw.select(*projections)
     if table.partition_column is not None and table.partition_expression is not None:
         typed = typed.withColumn(table.partition_column, F.expr(table.partition_expression))
@@ -66,12 +71,12 @@ def quarantine_reason(
 ) -> Column:
     """Why a typed change row cannot be applied, or null when it can; the first problem wins."""
     checks: list[Column] = [
-        F.when(F.col(RAW).isNotNull(), F.lit("malformed line: not a JSON object")),
+        F.col(FORMAT_ERROR),
         F.when(
             F.col(FLAG).isNull() | ~F.col(FLAG).isin(*VALID_FLAGS),
             F.concat(
-                F.lit(f"unknown flag in {table.flag_column}: '"),
-                F.coalesce(F.col(raw_name(table.flag_column)), F.lit("null")),
+                F.lit(f"unknown flag in {table.flag_source}: '"),
+                F.coalesce(F.col(raw_name(table.flag_source)), F.lit("null")),
                 F.lit("' (expected I, U or D)"),
             ),
         ),
@@ -118,7 +123,7 @@ def quarantined_changes(
     typed: DataFrame, table: TableConfig, column_types: dict[str, str]
 ) -> DataFrame:
     """Rows with a problem: their raw values as strings, the reason and where they came from."""
-    raw_columns = [*column_types, table.flag_column]
+    raw_columns = [*column_types, table.flag_source]
     return typed.filter(F.col(REASON).isNotNull()).select(
         *[F.col(raw_name(c)).alias(c) for c in raw_columns],
         F.col(RAW),

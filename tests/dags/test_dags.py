@@ -85,7 +85,13 @@ def test_maintenance_is_due_when_its_cadence_fires_inside_the_interval() -> None
 def test_sample_config_loads_one_dag_per_row(monkeypatch: pytest.MonkeyPatch) -> None:
     bag = dagbag(DAGS.parent / "config" / "tables.yaml", monkeypatch)
     assert bag.import_errors == {}
-    assert sorted(bag.dag_ids) == ["cdc_customers", "cdc_events", "cdc_orders"]
+    assert sorted(bag.dag_ids) == [
+        "cdc_accounts",
+        "cdc_customers",
+        "cdc_customers_cdc",
+        "cdc_events",
+        "cdc_orders",
+    ]
     dag = bag.dags["cdc_orders"]
     assert sorted(t.task_id for t in dag.tasks) == [
         "optimize",

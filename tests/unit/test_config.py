@@ -80,12 +80,36 @@ def test_key_and_sequence_must_be_declared_columns() -> None:
     ]
 
 
-def test_columns_required_for_csv_and_json_but_not_parquet() -> None:
+def test_columns_required_for_csv_only() -> None:
     row = {k: v for k, v in GOOD.items() if k != "columns"}
     assert problems(row) == [
-        "table orders: columns: required for file_format csv (only parquet carries a schema)"
+        "table orders: columns: required for file_format csv (CSV values carry no types)"
     ]
     assert problems({**row, "file_format": "parquet"}) == []
+    assert problems({**row, "file_format": "json"}) == []
+
+
+def test_event_formats_default_to_json_and_the_source_order() -> None:
+    row = {"name": "c", "change_format": "debezium", "keys": ["id"]}
+    table = parse_config({"tables": [row]}).tables["c"]
+    assert table.file_format == "json"
+    assert table.sequence_by == ["_cdc_source_ts_ms", "_cdc_position"]
+    assert table.flag_source == "_cdc_op"
+    wal = parse_config({"tables": [{**row, "change_format": "wal2json"}]}).tables["c"]
+    assert wal.sequence_by == ["_cdc_position"]
+    assert problems({**row, "file_format": "csv", "columns": {"id": "int"}}) == [
+        "table c: file_format: change_format debezium is read from JSON lines (file_format json)"
+    ]
+    assert problems({**row, "sequence_by": ["_cdc_nope"]}) == [
+        "table c: sequence_by: '_cdc_nope' is not a column of change_format debezium (those are: "
+        "_cdc_source_ts_ms, _cdc_lsn, _cdc_binlog_file, _cdc_binlog_pos, _cdc_binlog_row, "
+        "_cdc_position)"
+    ]
+    declared = {**row, "columns": {"id": "int"}, "sequence_by": ["_cdc_lsn"]}
+    assert problems(declared) == []
+    assert problems({**row, "on_schema_change": "maybe"}) == [
+        "table c: on_schema_change: Input should be 'evolve' or 'quarantine'"
+    ]
 
 
 def test_unknown_type_is_named() -> None:

@@ -1,0 +1,508 @@
+"""JSON change formats read into one shape: flat FLAG rows, Debezium events, wal2json v2 lines.
+
+Every line is parsed once with Spark SQL's `try_parse_json` (a VARIANT), so a line that is not
+JSON is kept and quarantined, not lost. Each line becomes zero, one or two change rows:
+
+- flat: the object is the row image; its flag column says I, U or D.
+- debezium (with or without the `schema`/`payload` wrapper): `op` c and r insert, u updates,
+  d deletes with the `before` image (or, without one, a top-level `key` object). A `u` whose
+  `before` key differs from its `after` key is a primary-key change: a D of the old key and a
+  U of the new one, from the same line, so the same run applies both. The sequence columns come
+  from `source`: `_cdc_source_ts_ms`, `_cdc_lsn` (PostgreSQL), `_cdc_binlog_file`,
+  `_cdc_binlog_pos` and `_cdc_binlog_row` (MySQL), and `_cdc_position`, a text that sorts in the
+  connector's order (zero-padded LSN, or binlog file:pos:row).
+- wal2json (format-version 2): `action` I, U, D with `columns` and `identity`; an update whose
+  identity key differs from its new key is a primary-key change as above. `_cdc_lsn` is the
+  line's `lsn` as a number and `_cdc_position` its zero-padded text ('' when absent).
+
+Transaction markers (Debezium BEGIN/END, wal2json B/C), Kafka tombstones (a `null` line) and
+unknown actions are counted and skipped. The column types come from `columns` when declared,
+else from the format (Debezium's schema, wal2json's types), else from the JSON values.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from functools import reduce
+
+from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+from cdc_pipeline.config import TableConfig
+from cdc_pipeline.schema import common_type, normalize_type
+from spark_jobs.transforms import ARRIVAL, FORMAT_ERROR, RAW
+
+KIND = "__kind"
+CHANGES = "__changes"
+OP = "__op"
+IMAGE = "__image"
+TYPES = "__types"
+LINE = "value"
+
+# Kafka Connect types of Debezium's schema -> Spark SQL types.
+CONNECT_TYPES = {
+    "int8": "tinyint",
+    "int16": "smallint",
+    "int32": "int",
+    "int64": "bigint",
+    "float32": "float",
+    "float64": "double",
+    "boolean": "boolean",
+    "string": "string",
+    "bytes": "string",  # base64 text; declare a type in columns to convert it
+}
+# Debezium / Kafka Connect logical types: Spark type and the SQL turning the JSON value into it.
+LOGICAL_TYPES = {
+    "io.debezium.time.Date": ("date", "date_add(DATE'1970-01-01', try_cast({v} AS INT))"),
+    "org.apache.kafka.connect.data.Date": (
+        "date",
+        "date_add(DATE'1970-01-01', try_cast({v} AS INT))",
+    ),
+    "io.debezium.time.Timestamp": ("timestamp", "timestamp_millis(try_cast({v} AS BIGINT))"),
+    "org.apache.kafka.connect.data.Timestamp": (
+        "timestamp",
+        "timestamp_millis(try_cast({v} AS BIGINT))",
+    ),
+    "io.debezium.time.MicroTimestamp": (
+        "timestamp",
+        "timestamp_micros(try_cast({v} AS BIGINT))",
+    ),
+    "io.debezium.time.NanoTimestamp": (
+        "timestamp",
+        "timestamp_micros(try_cast({v} AS BIGINT) DIV 1000)",
+    ),
+    "io.debezium.time.ZonedTimestamp": ("timestamp", None),
+}
+# PostgreSQL type names as wal2json writes them -> Spark SQL types (others: string).
+POSTGRES_TYPES = {
+    "smallint": "smallint",
+    "int2": "smallint",
+    "integer": "int",
+    "int": "int",
+    "int4": "int",
+    "bigint": "bigint",
+    "int8": "bigint",
+    "real": "float",
+    "float4": "float",
+    "double precision": "double",
+    "float8": "double",
+    "boolean": "boolean",
+    "bool": "boolean",
+    "date": "date",
+    "timestamp without time zone": "timestamp",
+    "timestamp with time zone": "timestamp",
+    "timestamp": "timestamp",
+    "timestamptz": "timestamp",
+    "numeric": "decimal(38,18)",
+    "decimal": "decimal(38,18)",
+}
+
+
+@dataclass
+class ChangeRead:
+    """Change rows as read: string values per column, the op, format columns, arrival."""
+
+    frame: DataFrame
+    batch_types: dict[str, str | None]  # column -> type the files give (None: only nulls)
+    ignored: dict[str, int] = field(default_factory=dict)
+    undeclared: list[str] = field(default_factory=list)
+
+
+def postgres_type(name: str) -> str:
+    """Spark SQL type of a PostgreSQL type name such as `numeric(12,2)` or `character varying(20)`."""
+    text = name.strip().lower()
+    numeric = re.match(r"^(?:numeric|decimal)\s*\(\s*(\d+)\s*(?:,\s*(\d+)\s*)?\)$", text)
+    if numeric:
+        return f"decimal({numeric.group(1)},{numeric.group(2) or 0})"
+    base = re.sub(r"\(.*?\)", "", text).strip()
+    base = " ".join(base.split())
+    return POSTGRES_TYPES.get(base, "string")
+
+
+def connect_type(description: str) -> str:
+    """Spark SQL type of a Debezium schema field described as `type` or `type/logical name`."""
+    physical, _, logical = description.partition("/")
+    if logical in LOGICAL_TYPES:
+        return LOGICAL_TYPES[logical][0]
+    if logical == "org.apache.kafka.connect.data.Decimal":
+        return "string"  # base64 bytes; use decimal.handling.mode=string or declare the column
+    return CONNECT_TYPES.get(physical, "string")
+
+
+def variant_type(description: str | None) -> str | None:
+    """Spark SQL type for the values of a column from `schema_of_variant_agg` (None: all null)."""
+    if description is None or description.upper() == "VOID":
+        return None
+    upper = description.upper()
+    if upper.startswith(("OBJECT", "ARRAY", "VARIANT")):
+        return "string"  # nested values are kept as JSON text
+    if upper.startswith("DECIMAL"):
+        return "double"  # JSON numbers with a fraction, as Spark's JSON reader infers them
+    return normalize_type(description)
+
+
+def _key_text(image: Column, keys: Sequence[str]) -> Column:
+    """The key of an image as one comparable text (null when the image has no key at all)."""
+    parts = [F.variant_get(image[k], "$", "string") for k in keys]
+    present = reduce(lambda a, b: a | b, [p.isNotNull() for p in parts])
+    return F.when(present, F.to_json(F.array(*parts)))
+
+
+def _change(op: str | Column, image: Column, types: Column) -> Column:
+    return F.struct(
+        (F.lit(op) if isinstance(op, str) else op).alias(OP),
+        image.alias(IMAGE),
+        types.alias(TYPES),
+    )
+
+
+def _no_changes() -> Column:
+    return F.array().cast(f"array<struct<{OP}:string,{IMAGE}:map<string,variant>,{TYPES}:map<string,string>>>")
+
+
+def _image(variant: Column, path: str) -> Column:
+    return F.variant_get(variant, path, "map<string,variant>")
+
+
+def _classified(kind_cases: list[tuple[Column, str]], default: str) -> Column:
+    result = F.lit(default)
+    for condition, kind in reversed(kind_cases):
+        result = F.when(condition, F.lit(kind)).otherwise(result)
+    return result
+
+
+def _parse_flat(table: TableConfig, v: Column) -> tuple[Column, Column, Column, dict[str, Column]]:
+    is_object = F.schema_of_variant(v).startswith("OBJECT")
+    kind = _classified([(v.isNull() | ~is_object, "malformed")], "event")
+    error = F.when(kind == "malformed", F.lit("malformed line: not a JSON object"))
+    image = _image(v, "$")
+    flag = F.variant_get(image[table.flag_column], "$", "string")
+    changes = F.array(_change(flag, image, F.lit(None).cast("map<string,string>")))
+    return kind, error, changes, {}
+
+
+def _debezium_types(v: Column, image_field: str) -> Column:
+    """name -> 'type[/logical]' of the `image_field` struct in the line's Debezium schema."""
+    fields = F.variant_get(v, "$.schema.fields", "array<variant>")
+    entry = F.filter(
+        fields, lambda f: F.variant_get(f, "$.field", "string") == F.lit(image_field)
+    )[0]
+    members = F.variant_get(entry, "$.fields", "array<variant>")
+    return F.map_from_entries(
+        F.transform(
+            members,
+            lambda m: F.struct(
+                F.variant_get(m, "$.field", "string"),
+                F.concat_ws(
+                    "/", F.variant_get(m, "$.type", "string"), F.variant_get(m, "$.name", "string")
+                ),
+            ),
+        )
+    )
+
+
+def _parse_debezium(
+    table: TableConfig, v: Column
+) -> tuple[Column, Column, Column, dict[str, Column]]:
+    payload = F.coalesce(F.variant_get(v, "$.payload", "variant"), v)
+    is_object = F.schema_of_variant(payload).startswith("OBJECT")
+    op = F.variant_get(payload, "$.op", "string")
+    status = F.variant_get(payload, "$.status", "string")
+    before = _image(payload, "$.before")
+    after = _image(payload, "$.after")
+    key = F.coalesce(_image(v, "$.key"), _image(payload, "$.key"))
+    kind = _classified(
+        [
+            (v.isNull(), "malformed"),
+            (F.is_variant_null(payload), "tombstone"),
+            (~is_object, "malformed"),
+            (status.isin("BEGIN", "END") & op.isNull(), "transaction"),
+            (op.isNull(), "malformed"),
+            (~op.isin("c", "r", "u", "d"), "ignored"),
+        ],
+        "event",
+    )
+    error = (
+        F.when(v.isNull(), F.lit("malformed line: not JSON"))
+        .when(~is_object, F.lit("malformed line: not a JSON object"))
+        .when(op.isNull(), F.lit("malformed Debezium event: no op field"))
+        .when(
+            op.isin("c", "r", "u") & after.isNull(),
+            F.concat(F.lit("malformed Debezium event: op '"), op, F.lit("' without an after image")),
+        )
+        .when(
+            (op == "d") & before.isNull() & key.isNull(),
+            F.lit("malformed Debezium event: delete without a before image or a key"),
+        )
+    )
+    kind = F.when((kind == "event") & error.isNotNull(), F.lit("malformed")).otherwise(kind)
+    after_types = _debezium_types(v, "after")
+    before_types = _debezium_types(v, "before")
+    keys = list(table.keys)
+    key_changed = (
+        before.isNotNull()
+        & _key_text(before, keys).isNotNull()
+        & (_key_text(before, keys) != _key_text(after, keys))
+    )
+    changes = (
+        F.when(op.isin("c", "r"), F.array(_change("I", after, after_types)))
+        .when(
+            (op == "u") & key_changed,
+            F.array(_change("D", before, before_types), _change("U", after, after_types)),
+        )
+        .when(op == "u", F.array(_change("U", after, after_types)))
+        .when(
+            op == "d",
+            F.array(
+                _change(
+                    "D",
+                    F.coalesce(before, key),
+                    F.when(before.isNotNull(), before_types),
+                )
+            ),
+        )
+        .otherwise(_no_changes())
+    )
+    source_ts = F.variant_get(payload, "$.source.ts_ms", "bigint")
+    lsn = F.variant_get(payload, "$.source.lsn", "bigint")
+    binlog_file = F.variant_get(payload, "$.source.file", "string")
+    binlog_pos = F.variant_get(payload, "$.source.pos", "bigint")
+    binlog_row = F.variant_get(payload, "$.source.row", "int")
+    position = (
+        F.when(lsn.isNotNull(), F.lpad(lsn.cast("string"), 20, "0"))
+        .when(
+            binlog_file.isNotNull(),
+            F.concat_ws(
+                ":",
+                binlog_file,
+                F.lpad(F.coalesce(binlog_pos, F.lit(0)).cast("string"), 20, "0"),
+                F.lpad(F.coalesce(binlog_row, F.lit(0)).cast("string"), 10, "0"),
+            ),
+        )
+        .otherwise(F.lit(""))
+    )
+    columns = {
+        "_cdc_source_ts_ms": source_ts,
+        "_cdc_lsn": lsn,
+        "_cdc_binlog_file": binlog_file,
+        "_cdc_binlog_pos": binlog_pos,
+        "_cdc_binlog_row": binlog_row,
+        "_cdc_position": position,
+    }
+    return kind, error, changes, columns
+
+
+def _wal2json_image(v: Column, path: str) -> tuple[Column, Column]:
+    """(name -> value, name -> type) of a wal2json `columns` or `identity` array."""
+    entries = F.variant_get(v, path, "array<variant>")
+    image = F.map_from_entries(
+        F.transform(
+            entries,
+            lambda c: F.struct(
+                F.variant_get(c, "$.name", "string"), F.variant_get(c, "$.value", "variant")
+            ),
+        )
+    )
+    types = F.map_from_entries(
+        F.transform(
+            entries,
+            lambda c: F.struct(
+                F.variant_get(c, "$.name", "string"), F.variant_get(c, "$.type", "string")
+            ),
+        )
+    )
+    return image, types
+
+
+def lsn_number(text: Column) -> Column:
+    """A PostgreSQL LSN 'X/Y' (hex) as a number."""
+    parts = F.split(text, "/")
+    high = F.conv(parts[0], 16, 10).cast("bigint")
+    low = F.conv(parts[1], 16, 10).cast("bigint")
+    return F.when(F.size(parts) == 2, high * F.lit(4294967296) + low)
+
+
+def _parse_wal2json(
+    table: TableConfig, v: Column
+) -> tuple[Column, Column, Column, dict[str, Column]]:
+    is_object = F.schema_of_variant(v).startswith("OBJECT")
+    action = F.variant_get(v, "$.action", "string")
+    new_image, new_types = _wal2json_image(v, "$.columns")
+    old_image, old_types = _wal2json_image(v, "$.identity")
+    kind = _classified(
+        [
+            (v.isNull() | ~is_object, "malformed"),
+            (action.isin("B", "C"), "transaction"),
+            (action.isNull(), "malformed"),
+            (~action.isin("I", "U", "D"), "ignored"),
+        ],
+        "event",
+    )
+    error = (
+        F.when(v.isNull(), F.lit("malformed line: not JSON"))
+        .when(~is_object, F.lit("malformed line: not a JSON object"))
+        .when(action.isNull(), F.lit("malformed wal2json line: no action field"))
+        .when(
+            action.isin("I", "U") & new_image.isNull(),
+            F.concat(F.lit("malformed wal2json line: action "), action, F.lit(" without columns")),
+        )
+        .when(
+            (action == "D") & old_image.isNull(),
+            F.lit("malformed wal2json line: action D without identity"),
+        )
+    )
+    kind = F.when((kind == "event") & error.isNotNull(), F.lit("malformed")).otherwise(kind)
+    keys = list(table.keys)
+    key_changed = (
+        old_image.isNotNull()
+        & _key_text(old_image, keys).isNotNull()
+        & (_key_text(old_image, keys) != _key_text(new_image, keys))
+    )
+    changes = (
+        F.when(action == "I", F.array(_change("I", new_image, new_types)))
+        .when(
+            (action == "U") & key_changed,
+            F.array(_change("D", old_image, old_types), _change("U", new_image, new_types)),
+        )
+        .when(action == "U", F.array(_change("U", new_image, new_types)))
+        .when(action == "D", F.array(_change("D", old_image, old_types)))
+        .otherwise(_no_changes())
+    )
+    lsn_text = F.variant_get(v, "$.lsn", "string")
+    lsn = lsn_number(lsn_text)
+    columns = {
+        "_cdc_lsn": lsn,
+        "_cdc_position": F.coalesce(F.lpad(lsn.cast("string"), 20, "0"), F.lit("")),
+    }
+    return kind, error, changes, columns
+
+
+PARSERS = {"flat": _parse_flat, "debezium": _parse_debezium, "wal2json": _parse_wal2json}
+
+
+def read_json_changes(spark: SparkSession, table: TableConfig, lines: DataFrame) -> ChangeRead:
+    """Change rows of JSON-lines files: `lines` holds `value` (one line) and the arrival columns."""
+    v = F.try_parse_json(F.col(LINE))
+    kind, error, changes, format_columns = PARSERS[table.change_format](table, v)
+    parsed = (
+        lines.filter(F.trim(F.col(LINE)) != "")
+        .select(
+            F.col(LINE),
+            *[F.col(c) for c in ARRIVAL],
+            kind.alias(KIND),
+            error.alias(FORMAT_ERROR),
+            changes.alias(CHANGES),
+            *[expr.alias(name) for name, expr in format_columns.items()],
+        )
+        .persist()
+    )
+    kinds = {r[KIND]: int(r["count"]) for r in parsed.groupBy(KIND).count().collect()}  # metadata
+    ignored = {
+        "transaction_markers": kinds.get("transaction", 0),
+        "tombstones_skipped": kinds.get("tombstone", 0),
+        "unknown_events_skipped": kinds.get("ignored", 0),
+    }
+    if table.change_format == "flat":
+        ignored = {}
+    malformed = parsed.filter(F.col(KIND) == "malformed").select(
+        F.lit(None).cast("string").alias(OP),
+        F.lit(None).cast("map<string,variant>").alias(IMAGE),
+        F.lit(None).cast("map<string,string>").alias(TYPES),
+        F.col(LINE).alias(RAW),
+        F.col(FORMAT_ERROR),
+        *[F.col(name) for name in format_columns],
+        *[F.col(c) for c in ARRIVAL],
+    )
+    events = (
+        parsed.filter(F.col(KIND) == "event")
+        .select("*", F.explode(F.col(CHANGES)).alias("__change"))
+        .select(
+            F.col(f"__change.{OP}").alias(OP),
+            F.col(f"__change.{IMAGE}").alias(IMAGE),
+            F.col(f"__change.{TYPES}").alias(TYPES),
+            F.lit(None).cast("string").alias(RAW),
+            F.lit(None).cast("string").alias(FORMAT_ERROR),
+            *[F.col(name) for name in format_columns],
+            *[F.col(c) for c in ARRIVAL],
+        )
+    )
+    rows = events.unionByName(malformed)
+    found = _column_types(events, table.change_format)
+    skip = {table.flag_column} if table.change_format == "flat" else set()
+    found = {name: kind for name, kind in found.items() if name not in skip}
+    if table.columns is not None:
+        names = list(table.columns)
+        undeclared = sorted(set(found) - set(names))
+        batch_types: dict[str, str | None] = dict(table.columns)
+    else:
+        keys_first = [k for k in table.keys if k in found]
+        names = keys_first + sorted(n for n in found if n not in keys_first)
+        undeclared = []
+        batch_types = {name: found[name][0] for name in names}
+    conversions = {name: found[name][1] for name in names if name in found}
+    projection = [
+        _value(name, conversions.get(name)).alias(name) for name in names
+    ]
+    frame = rows.select(
+        *projection,
+        *[F.col(name) for name in format_columns],
+        F.col(OP).alias(table.flag_source),
+        F.col(RAW),
+        F.col(FORMAT_ERROR),
+        *[F.col(c) for c in ARRIVAL],
+    )
+    for name, spark_type in table.format_columns.items():
+        batch_types[name] = spark_type
+    return ChangeRead(frame, batch_types, ignored, undeclared)
+
+
+def _value(name: str, conversion: str | None) -> Column:
+    """A column's value as text (JSON text for nested values), converted when its type says so."""
+    text = F.variant_get(F.col(IMAGE)[name], "$", "string")
+    if conversion is None:
+        return text
+    return F.expr(conversion.format(v=f"variant_get({IMAGE}['{name}'], '$', 'string')")).cast(
+        "string"
+    )
+
+
+def _column_types(
+    events: DataFrame, change_format: str
+) -> dict[str, tuple[str | None, str | None]]:
+    """column -> (Spark type, conversion SQL) over every image of the batch (a small result)."""
+    entries = events.select(F.explode(F.map_entries(F.col(IMAGE))).alias("e"), F.col(TYPES)).select(
+        F.col("e.key").alias("name"),
+        F.col("e.value").alias("value"),
+        F.col(TYPES)[F.col("e.key")].alias("declared"),
+    )
+    rows = (
+        entries.groupBy("name")
+        .agg(
+            F.collect_set("declared").alias("declared"),
+            F.schema_of_variant_agg("value").alias("inferred"),
+        )
+        .collect()
+    )  # metadata: one row per column
+    result: dict[str, tuple[str | None, str | None]] = {}
+    for row in rows:
+        declared = sorted(row["declared"] or [])
+        conversion = None
+        if declared:
+            types = []
+            for description in declared:
+                if change_format == "debezium":
+                    types.append(connect_type(description))
+                    logical = description.partition("/")[2]
+                    if logical in LOGICAL_TYPES:
+                        conversion = LOGICAL_TYPES[logical][1]
+                else:
+                    types.append(postgres_type(description))
+            spark_type: str | None = types[0]
+            for other in types[1:]:
+                spark_type = common_type(spark_type, other) if spark_type else None
+            result[row["name"]] = (spark_type or "string", conversion)
+        else:
+            result[row["name"]] = (variant_type(row["inferred"]), None)
+    return result
