@@ -441,7 +441,9 @@ def evolve_table(
             if f.name in known and known[f.name] != f.dataType
         ]
         added = [
-            f"{f.name} {f.dataType.simpleString()}" for f in new_schema.fields if f.name not in known
+            f"{f.name} {f.dataType.simpleString()}"
+            for f in new_schema.fields
+            if f.name not in known
         ]
         changes = [f"add {a}" for a in added] + [f"widen {w}" for w in widened]
         run_id = new_run_id()
@@ -469,7 +471,9 @@ def evolve_table(
         written = write_files(rows, path, snapshot.partition_columns, run_id)
         result = None
         try:
-            result = commit(snapshot, written, "overwrite", "evolve_schema", run_id, schema=new_schema)
+            result = commit(
+                snapshot, written, "overwrite", "evolve_schema", run_id, schema=new_schema
+            )
         except CommitFailedError:
             written.delete()
             sleep_before_retry(attempt)

@@ -108,6 +108,12 @@ class ChangeRead:
     batch_types: dict[str, str | None]  # column -> type the files give (None: only nulls)
     ignored: dict[str, int] = field(default_factory=dict)
     undeclared: list[str] = field(default_factory=list)
+    cached: DataFrame | None = None  # the parsed lines, held while the batch is processed
+
+    def release(self) -> None:
+        """Drop the cached parse once the step is done with the rows."""
+        if self.cached is not None:
+            self.cached.unpersist()
 
 
 def postgres_type(name: str) -> str:
@@ -159,7 +165,9 @@ def _change(op: str | Column, image: Column, types: Column) -> Column:
 
 
 def _no_changes() -> Column:
-    return F.array().cast(f"array<struct<{OP}:string,{IMAGE}:map<string,variant>,{TYPES}:map<string,string>>>")
+    return F.array().cast(
+        f"array<struct<{OP}:string,{IMAGE}:map<string,variant>,{TYPES}:map<string,string>>>"
+    )
 
 
 def _image(variant: Column, path: str) -> Column:
@@ -186,9 +194,9 @@ def _parse_flat(table: TableConfig, v: Column) -> tuple[Column, Column, Column, 
 def _debezium_types(v: Column, image_field: str) -> Column:
     """name -> 'type[/logical]' of the `image_field` struct in the line's Debezium schema."""
     fields = F.variant_get(v, "$.schema.fields", "array<variant>")
-    entry = F.filter(
-        fields, lambda f: F.variant_get(f, "$.field", "string") == F.lit(image_field)
-    )[0]
+    entry = F.filter(fields, lambda f: F.variant_get(f, "$.field", "string") == F.lit(image_field))[
+        0
+    ]
     members = F.variant_get(entry, "$.fields", "array<variant>")
     return F.map_from_entries(
         F.transform(
@@ -230,7 +238,9 @@ def _parse_debezium(
         .when(op.isNull(), F.lit("malformed Debezium event: no op field"))
         .when(
             op.isin("c", "r", "u") & after.isNull(),
-            F.concat(F.lit("malformed Debezium event: op '"), op, F.lit("' without an after image")),
+            F.concat(
+                F.lit("malformed Debezium event: op '"), op, F.lit("' without an after image")
+            ),
         )
         .when(
             (op == "d") & before.isNull() & key.isNull(),
@@ -442,9 +452,7 @@ def read_json_changes(spark: SparkSession, table: TableConfig, lines: DataFrame)
         undeclared = []
         batch_types = {name: found[name][0] for name in names}
     conversions = {name: found[name][1] for name in names if name in found}
-    projection = [
-        _value(name, conversions.get(name)).alias(name) for name in names
-    ]
+    projection = [_value(name, conversions.get(name)).alias(name) for name in names]
     frame = rows.select(
         *projection,
         *[F.col(name) for name in format_columns],
@@ -455,7 +463,7 @@ def read_json_changes(spark: SparkSession, table: TableConfig, lines: DataFrame)
     )
     for name, spark_type in table.format_columns.items():
         batch_types[name] = spark_type
-    return ChangeRead(frame, batch_types, ignored, undeclared)
+    return ChangeRead(frame, batch_types, ignored, undeclared, cached=parsed)
 
 
 def _value(name: str, conversion: str | None) -> Column:

@@ -133,9 +133,7 @@ def _partition_filters(
     return [(table.partition_column, "in", values)]
 
 
-def evolve_to_staging(
-    context: StepContext, staging_schema: StructType, report: StepReport
-) -> None:
+def evolve_to_staging(context: StepContext, staging_schema: StructType, report: StepReport) -> None:
     """Give final (and tombstones) the columns and widened types staging has gained."""
     table, paths, spark = context.table, context.paths, context.spark
     changed = delta.evolve_table(spark, paths.final, final_schema(staging_schema))

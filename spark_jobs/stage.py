@@ -285,6 +285,7 @@ def run_stage(context: StepContext, interval: Interval) -> StepReport:
         paths.quarantine, bad, [BATCH], "quarantine", "stage:before_quarantine_commit"
     )
     typed.unpersist()
+    read.release()
     delta.inject_fault("stage:before_ledger_commit")
     now = datetime.now(UTC)
     run_id = delta.new_run_id()
