@@ -386,9 +386,19 @@ def try_commit(
 
 
 def append_with_retries(
-    frame: DataFrame, path: Path, step: str, max_attempts: int, fault_point: str | None = None
+    frame: DataFrame,
+    path: Path,
+    step: str,
+    max_attempts: int,
+    fault_point: str | None = None,
+    distinct_since: int | None = None,
 ) -> tuple[int, int]:
-    """Append `frame` to the existing table at `path`; returns (rows, version), retrying conflicts."""
+    """Append `frame` to the existing table at `path`; returns (rows, version), retrying conflicts.
+
+    With `distinct_since` (the version `frame` was computed against), the table is a set
+    (tombstones): when another commit landed after that version, which may have added the
+    same rows, the table is rewritten without duplicates.
+    """
     for attempt in range(1, max_attempts + 1):
         snapshot = load_snapshot(path)
         run_id = new_run_id()
@@ -399,17 +409,41 @@ def append_with_retries(
             inject_fault(fault_point)
         result = try_commit(snapshot, written, "append", step, run_id, attempt)
         if result is not None:
-            return written.rows, result.version
+            version = result.version
+            others = result.interfering_versions or (
+                distinct_since is not None and snapshot.version > distinct_since
+            )
+            if distinct_since is not None and others:
+                version = remove_duplicate_rows(frame.sparkSession, path, step, max_attempts)
+            return written.rows, version
     raise ConcurrentWriteError(
         f"{path}: {max_attempts} conflicting commits in a row; nothing was lost, run the step again"
     )
+
+
+def remove_duplicate_rows(spark: SparkSession, path: Path, step: str, max_attempts: int) -> int:
+    """Rewrite a small set-like table (tombstones) with one copy of each row; returns its version."""
+    for attempt in range(1, max_attempts + 1):
+        snapshot = load_snapshot(path)
+        rows = read_snapshot(spark, snapshot)
+        total = snapshot.num_records
+        if rows.distinct().count() == total:
+            return snapshot.version
+        run_id = new_run_id()
+        written = write_files(rows.distinct(), path, snapshot.partition_columns, run_id)
+        result = try_commit(snapshot, written, "overwrite", f"{step}_deduplicate", run_id, attempt)
+        if result is not None and not result.interfering_versions:
+            return result.version
+    raise ConcurrentWriteError(f"{path}: could not remove duplicate rows; run the step again")
 
 
 def evolved_schema(current: StructType, target: StructType) -> StructType:
     """`current` with the types of `target` where they differ, then `target`'s new columns."""
     wanted = {f.name: f for f in target.fields}
     fields = [
-        StructField(f.name, wanted[f.name].dataType, True) if f.name in wanted else f
+        StructField(f.name, wanted[f.name].dataType, True)
+        if f.name in wanted and wanted[f.name].dataType != f.dataType
+        else f
         for f in current.fields
     ]
     known = {f.name for f in current.fields}

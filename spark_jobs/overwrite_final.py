@@ -166,7 +166,11 @@ def apply_changes(context: StepContext, changes: DataFrame, report: StepReport) 
             plan = plan_rewrite(context, changes, keys_df, final, tombstones)
             # Before final, so a delete is never applied without being remembered.
             tombstones_added += delta.append_with_retries(
-                plan.new_tombstones, paths.tombstones, "tombstones", MAX_ATTEMPTS
+                plan.new_tombstones,
+                paths.tombstones,
+                "tombstones",
+                MAX_ATTEMPTS,
+                distinct_since=tombstones.version,
             )[0]
             if plan.touched is not None and not plan.touched:
                 report.counts.update(

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from tests.cli.cdc import cdc, start, summary
-from tests.helpers import Workspace, file_paths, table_rows
+from tests.helpers import Workspace, table_rows
 
 pytestmark = pytest.mark.slow
 
@@ -112,53 +112,12 @@ def test_two_runs_at_once_committing_from_the_same_snapshot(
     ]
 
 
-def test_the_same_interval_twice_at_once(workspace: Workspace) -> None:
-    workspace.configure(YEARLY)
-    land_two_overlapping_hours(workspace)
-    runs = [
-        start(
-            workspace,
-            "run",
-            "t",
-            "--start",
-            "2024-01-01T00:00:00Z",
-            "--end",
-            "2024-01-01T02:00:00Z",
-        )
-        for _ in range(2)
-    ]
-    for process in runs:
-        finish(process)
-    assert table_rows(workspace.paths("t").final, ["ID", "VALUE", "Y"]) == EXPECTED
-
-
 def data_files_on_disk(table: Path) -> set[str]:
     files = {p.relative_to(table).as_posix() for p in table.rglob("*.parquet")}
     return {f for f in files if not f.startswith(("_delta_log/", "_cdc_tmp/"))}
 
 
-def test_run_killed_between_write_and_commit_leaves_final_unchanged(workspace: Workspace) -> None:
-    workspace.configure(YEARLY)
-    land_two_overlapping_hours(workspace)
-    final = workspace.paths("t").final
-    assert cdc(workspace, "run", "t", *hour(0)).returncode == 0
-    before = table_rows(final, ["ID", "VALUE", "Y"])
-    version_files = file_paths(final)
-
-    killed = cdc(workspace, "run", "t", *hour(1), CDC_FAULT="overwrite_final:before_commit")
-    assert killed.returncode == -signal.SIGKILL
-    assert table_rows(final, ["ID", "VALUE", "Y"]) == before
-    assert file_paths(final) == version_files
-    orphans = data_files_on_disk(final) - version_files
-    assert orphans, "the killed run had written files"
-
-    rerun = cdc(workspace, "run", "t", *hour(1))
-    assert rerun.returncode == 0, rerun.stderr
-    assert table_rows(final, ["ID", "VALUE", "Y"]) == EXPECTED
-    vacuum = cdc(workspace, "vacuum", "t", "--retention-hours", "0", "--force")
-    assert vacuum.returncode == 0, vacuum.stderr
-    assert data_files_on_disk(final) == file_paths(final)
-    assert table_rows(final, ["ID", "VALUE", "Y"]) == EXPECTED
+# Kills at every point of a run, and three runs at once: tests/cli/test_faults.py.
 
 
 def test_stage_killed_between_its_commits_loses_and_duplicates_nothing(
