@@ -156,6 +156,25 @@ def _key_text(image: Column, keys: Sequence[str]) -> Column:
     return F.when(present, F.to_json(F.array(*parts)))
 
 
+def _update(
+    old_image: Column, old_types: Column, new_image: Column, new_types: Column, keys: Sequence[str]
+) -> Column:
+    """An update's changes: a U of the new image, preceded by a D of the old key when it differs."""
+    old_key, new_key = _key_text(old_image, keys), _key_text(new_image, keys)
+    key_changed = old_image.isNotNull() & old_key.isNotNull() & (old_key != new_key)
+    return F.when(
+        key_changed,
+        F.array(_change("D", old_image, old_types), _change("U", new_image, new_types)),
+    ).otherwise(F.array(_change("U", new_image, new_types)))
+
+
+def _line_error(v: Column, is_object: Column) -> Column:
+    """The reason a line is not a JSON object (start of a format's error chain)."""
+    return F.when(v.isNull(), F.lit("malformed line: not JSON")).when(
+        ~is_object, F.lit("malformed line: not a JSON object")
+    )
+
+
 def _change(op: str | Column, image: Column, types: Column) -> Column:
     return F.struct(
         (F.lit(op) if isinstance(op, str) else op).alias(OP),
@@ -233,8 +252,7 @@ def _parse_debezium(
         "event",
     )
     error = (
-        F.when(v.isNull(), F.lit("malformed line: not JSON"))
-        .when(~is_object, F.lit("malformed line: not a JSON object"))
+        _line_error(v, is_object)
         .when(op.isNull(), F.lit("malformed Debezium event: no op field"))
         .when(
             op.isin("c", "r", "u") & after.isNull(),
@@ -250,19 +268,9 @@ def _parse_debezium(
     kind = F.when((kind == "event") & error.isNotNull(), F.lit("malformed")).otherwise(kind)
     after_types = _debezium_types(v, "after")
     before_types = _debezium_types(v, "before")
-    keys = list(table.keys)
-    key_changed = (
-        before.isNotNull()
-        & _key_text(before, keys).isNotNull()
-        & (_key_text(before, keys) != _key_text(after, keys))
-    )
     changes = (
         F.when(op.isin("c", "r"), F.array(_change("I", after, after_types)))
-        .when(
-            (op == "u") & key_changed,
-            F.array(_change("D", before, before_types), _change("U", after, after_types)),
-        )
-        .when(op == "u", F.array(_change("U", after, after_types)))
+        .when(op == "u", _update(before, before_types, after, after_types, table.keys))
         .when(
             op == "d",
             F.array(
@@ -351,8 +359,7 @@ def _parse_wal2json(
         "event",
     )
     error = (
-        F.when(v.isNull(), F.lit("malformed line: not JSON"))
-        .when(~is_object, F.lit("malformed line: not a JSON object"))
+        _line_error(v, is_object)
         .when(action.isNull(), F.lit("malformed wal2json line: no action field"))
         .when(
             action.isin("I", "U") & new_image.isNull(),
@@ -364,19 +371,9 @@ def _parse_wal2json(
         )
     )
     kind = F.when((kind == "event") & error.isNotNull(), F.lit("malformed")).otherwise(kind)
-    keys = list(table.keys)
-    key_changed = (
-        old_image.isNotNull()
-        & _key_text(old_image, keys).isNotNull()
-        & (_key_text(old_image, keys) != _key_text(new_image, keys))
-    )
     changes = (
         F.when(action == "I", F.array(_change("I", new_image, new_types)))
-        .when(
-            (action == "U") & key_changed,
-            F.array(_change("D", old_image, old_types), _change("U", new_image, new_types)),
-        )
-        .when(action == "U", F.array(_change("U", new_image, new_types)))
+        .when(action == "U", _update(old_image, old_types, new_image, new_types, table.keys))
         .when(action == "D", F.array(_change("D", old_image, old_types)))
         .otherwise(_no_changes())
     )
@@ -491,8 +488,8 @@ def _column_types(
             F.collect_set("declared").alias("declared"),
             F.schema_of_variant_agg("value").alias("inferred"),
         )
-        .collect()
-    )  # metadata: one row per column
+        .collect()  # metadata: one row per column
+    )
     result: dict[str, tuple[str | None, str | None]] = {}
     for row in rows:
         declared = sorted(row["declared"] or [])

@@ -94,9 +94,8 @@ def plan_rewrite(
     change_columns = changes.columns
     if table.partition_column is not None:
         column = table.partition_column
-        new_partitions = {
-            row[0] for row in changes.filter(F.col(FLAG) != "D").select(column).distinct().collect()
-        }  # metadata: partition values
+        upserts = changes.filter(F.col(FLAG) != "D").select(column).distinct()
+        new_partitions = {row[0] for row in upserts.collect()}  # metadata: partition values
         touched: set[Any] | None = new_partitions | partitions_holding_keys(context, final, keys_df)
         final_rows = delta.read_snapshot(spark, final, partitions=touched)
     else:

@@ -262,8 +262,8 @@ def run_stage(context: StepContext, interval: Interval) -> StepReport:
                 F.sum(F.when(F.col(REASON).isNull(), 1).otherwise(0)).alias("good"),
                 F.sum(F.when(F.col(REASON).isNotNull(), 1).otherwise(0)).alias("bad"),
             )
-            .collect()
-        )  # metadata: one row per file
+            .collect()  # metadata: one row per file
+        )
     except AnalysisException as error:
         message = str(error).strip().splitlines()[0]
         raise ConfigError(f"table {table.name}: partition_expression: {message}") from None
