@@ -19,6 +19,7 @@ STEPS = {
     "optimize": ("spark_jobs.optimize", "table"),
     "vacuum": ("spark_jobs.vacuum", "vacuum"),
     "reset-staging": ("spark_jobs.reset_staging", "table"),
+    "as-of": ("spark_jobs.as_of", "as_of"),
 }
 
 
@@ -45,6 +46,7 @@ def build_parser() -> argparse.ArgumentParser:
         "optimize": "compact small files, Z-order by zorder_by",
         "vacuum": "delete files older than the retention that no version needs",
         "reset-staging": "staging := final + remembered deletes",
+        "as-of": "the table as it was at --at, from its history (history: true)",
     }
     for command, (_, kind) in STEPS.items():
         add_step_arguments(commands.add_parser(command, help=helps[command]), kind)  # type: ignore[arg-type]

@@ -53,12 +53,16 @@ FORMAT_COLUMNS: dict[str, dict[str, str]] = {
         "_cdc_position": "string",
     },
     "wal2json": {"_cdc_lsn": "bigint", "_cdc_position": "string"},
+    "snapshot": {"_cdc_snapshot_at": "timestamp"},
 }
 # The source's own order, used when a row of these formats omits sequence_by.
 DEFAULT_SEQUENCE_BY: dict[str, list[str]] = {
     "debezium": ["_cdc_source_ts_ms", "_cdc_position"],
     "wal2json": ["_cdc_position"],
+    "snapshot": ["_cdc_snapshot_at"],
 }
+# Formats whose changes are events read from JSON lines (they carry an op, not a flag column).
+EVENT_FORMATS = ("debezium", "wal2json")
 # Where the change kind is read from for the event formats (they carry an op, not a flag column).
 EVENT_OP_COLUMN = "_cdc_op"
 SPARK_TYPES_HELP = (
@@ -83,10 +87,33 @@ class TableConfig(BaseModel):
         description="Format of the landed change files (json = JSON lines; the default for "
         "debezium and wal2json).",
     )
-    change_format: Literal["flat", "debezium", "wal2json"] = Field(
+    change_format: Literal["flat", "debezium", "wal2json", "snapshot"] = Field(
         default="flat",
         description="flat: one row per change with a flag column; debezium: Debezium change "
-        "events; wal2json: wal2json format-version 2 lines.",
+        "events; wal2json: wal2json format-version 2 lines; snapshot: each interval holds a full "
+        "extract of the source, compared by hashes with the final table.",
+    )
+    compare_exclude: list[str] = Field(
+        default_factory=list,
+        description="change_format snapshot: columns left out of change detection (operational "
+        "columns such as a load time); a change only there is no change.",
+    )
+    history: bool = Field(
+        default=False,
+        description="Also keep {table}/history, an SCD type 2 table with one version per change.",
+    )
+    track_history_columns: list[str] | None = Field(
+        default=None,
+        description="With history: only changes of these columns start a new version; other "
+        "changes update the version in place. Default: every column but keys and sequence_by.",
+    )
+    history_buckets: int = Field(
+        default=16,
+        ge=1,
+        le=4096,
+        description="With history: the history table is partitioned by a hash of the key into "
+        "this many buckets; a run rewrites only the buckets of the keys it touches. Fixed once "
+        "the history table exists.",
     )
     columns: dict[str, str] | None = Field(
         default=None,
@@ -146,14 +173,17 @@ class TableConfig(BaseModel):
     def _format_defaults(cls, data: Any) -> Any:
         if isinstance(data, Mapping) and data.get("change_format") in DEFAULT_SEQUENCE_BY:
             data = dict(data)
-            data.setdefault("file_format", "json")
+            if data["change_format"] in EVENT_FORMATS:
+                data.setdefault("file_format", "json")
             if not data.get("sequence_by"):
                 data["sequence_by"] = list(DEFAULT_SEQUENCE_BY[data["change_format"]])
         return data
 
-    @field_validator("keys", "sequence_by", "zorder_by")
+    @field_validator("keys", "sequence_by", "zorder_by", "compare_exclude", "track_history_columns")
     @classmethod
-    def _no_duplicates(cls, value: list[str]) -> list[str]:
+    def _no_duplicates(cls, value: list[str] | None) -> list[str] | None:
+        if value is None:
+            return value
         duplicates = sorted({v for v in value if value.count(v) > 1})
         if duplicates:
             raise ValueError(f"lists {', '.join(duplicates)} more than once")
@@ -185,15 +215,21 @@ class TableConfig(BaseModel):
         problems: list[str] = []
         if self.columns is None and self.file_format == "csv":
             problems.append("columns: required for file_format csv (CSV values carry no types)")
-        if self.change_format != "flat" and self.file_format != "json":
+        if self.change_format in EVENT_FORMATS and self.file_format != "json":
             problems.append(
                 f"file_format: change_format {self.change_format} is read from JSON lines "
                 "(file_format json)"
             )
         format_columns = FORMAT_COLUMNS[self.change_format]
         declared = set(self.columns or {}) | set(format_columns)
-        for field_name in ("keys", "sequence_by", "zorder_by"):
-            for column in getattr(self, field_name):
+        for field_name in (
+            "keys",
+            "sequence_by",
+            "zorder_by",
+            "compare_exclude",
+            "track_history_columns",
+        ):
+            for column in getattr(self, field_name) or []:
                 known = declared if self.columns is not None else set(format_columns)
                 if column.startswith(TECHNICAL_PREFIX) and column not in format_columns:
                     problems.append(
@@ -202,7 +238,12 @@ class TableConfig(BaseModel):
                     )
                 elif self.columns is not None and column not in known:
                     problems.append(f"{field_name}: {column!r} is not a declared column")
-        if self.columns is not None and self.flag_column in declared:
+        problems += self._snapshot_and_history_problems()
+        if (
+            self.columns is not None
+            and self.change_format != "snapshot"
+            and self.flag_column in declared
+        ):
             problems.append(f"flag_column: {self.flag_column!r} must not also be a declared column")
         overlap = sorted(set(self.keys) & set(self.sequence_by))
         if overlap:
@@ -239,6 +280,25 @@ class TableConfig(BaseModel):
             raise ValueError(" | ".join(problems))
         return self
 
+    def _snapshot_and_history_problems(self) -> list[str]:
+        problems = []
+        if self.compare_exclude and self.change_format != "snapshot":
+            problems.append("compare_exclude: only for change_format snapshot")
+        if set(self.compare_exclude) & set(self.keys):
+            problems.append("compare_exclude: key columns are always compared")
+        if self.change_format == "snapshot" and self.insert_only:
+            problems.append("insert_only: a snapshot table derives updates and deletes")
+        if self.history and self.insert_only:
+            problems.append("history: insert_only tables never change a row (no history to keep)")
+        if self.track_history_columns is not None:
+            if not self.history:
+                problems.append("track_history_columns: needs history: true")
+            if not self.track_history_columns:
+                problems.append("track_history_columns: must name at least one column")
+            if set(self.track_history_columns) & set(self.keys):
+                problems.append("track_history_columns: key columns identify a row, not a version")
+        return problems
+
     @property
     def dag_id(self) -> str:
         """The Airflow DAG id of this table."""
@@ -257,7 +317,7 @@ class TableConfig(BaseModel):
     @property
     def flag_source(self) -> str:
         """Column the change kind (I, U, D) is read from: the flag column, or the event's op."""
-        return self.flag_column if self.change_format == "flat" else EVENT_OP_COLUMN
+        return EVENT_OP_COLUMN if self.change_format in EVENT_FORMATS else self.flag_column
 
 
 _PRESETS = {

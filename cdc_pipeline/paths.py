@@ -65,6 +65,16 @@ class TablePaths:
         return self.table_root / "tombstones"
 
     @property
+    def history(self) -> Path:
+        """SCD type 2 versions of every key (tables with history: true)."""
+        return self.table_root / "history"
+
+    @property
+    def history_log(self) -> Path:
+        """Every applied change, by key bucket: what the history versions are cut from."""
+        return self.table_root / "history_log"
+
+    @property
     def ledger(self) -> Path:
         """One row per staged landing file, so re-staging adds nothing."""
         return self.table_root / "ledger"

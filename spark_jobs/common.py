@@ -17,7 +17,7 @@ from cdc_pipeline.errors import CdcError, ConfigError, UsageError
 from cdc_pipeline.intervals import Interval
 from cdc_pipeline.paths import TablePaths
 
-ArgumentKind = Literal["interval", "table", "vacuum"]
+ArgumentKind = Literal["interval", "table", "vacuum", "as_of"]
 
 
 @dataclass(frozen=True)
@@ -30,6 +30,9 @@ class StepArgs:
     end: str | None = None
     retention_hours: int | None = None
     force: bool = False
+    at: str | None = None
+    output: Path | None = None
+    limit: int | None = None
 
     def interval(self) -> Interval:
         """The data interval [start, end)."""
@@ -48,6 +51,16 @@ def add_step_arguments(parser: argparse.ArgumentParser, kind: ArgumentKind) -> N
     if kind == "vacuum":
         parser.add_argument("--retention-hours", type=int, default=None, help="default: the row's")
         parser.add_argument("--force", action="store_true", help="allow a retention below 168 h")
+    if kind == "as_of":
+        parser.add_argument(
+            "--at",
+            required=True,
+            help="a value of the first sequence_by column: ISO 8601 timestamp or date, or a number",
+        )
+        parser.add_argument(
+            "--output", type=Path, default=None, help="write a Delta table here instead of printing"
+        )
+        parser.add_argument("--limit", type=int, default=None, help="rows to print (default 20)")
 
 
 def step_args_from(namespace: argparse.Namespace) -> StepArgs:
@@ -59,6 +72,9 @@ def step_args_from(namespace: argparse.Namespace) -> StepArgs:
         end=getattr(namespace, "end", None),
         retention_hours=getattr(namespace, "retention_hours", None),
         force=getattr(namespace, "force", False),
+        at=getattr(namespace, "at", None),
+        output=getattr(namespace, "output", None),
+        limit=getattr(namespace, "limit", None),
     )
 
 

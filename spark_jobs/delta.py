@@ -152,7 +152,9 @@ def load_snapshot(path: Path) -> Snapshot:
     return Snapshot(path, table, table.version(), spark_schema_of(table), partition_columns, files)
 
 
-def ensure_table(path: Path, schema: StructType, partition_by: Sequence[str]) -> None:
+def ensure_table(
+    path: Path, schema: StructType, partition_by: Sequence[str], description: str | None = None
+) -> None:
     """Create an empty Delta table at `path` unless one exists (safe when two runs race)."""
     try:
         DeltaTable(str(path))
@@ -163,7 +165,11 @@ def ensure_table(path: Path, schema: StructType, partition_by: Sequence[str]) ->
     delta_schema = Schema.from_json(schema.json())
     try:
         DeltaTable.create(
-            str(path), delta_schema, mode="ignore", partition_by=list(partition_by) or None
+            str(path),
+            delta_schema,
+            mode="ignore",
+            partition_by=list(partition_by) or None,
+            description=description,
         )
     except (CommitFailedError, OSError):
         # Another run created it in the meantime: that table is as good as ours.

@@ -30,7 +30,7 @@ from functools import reduce
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from cdc_pipeline.config import TableConfig
+from cdc_pipeline.config import EVENT_FORMATS, TableConfig
 from cdc_pipeline.schema import common_type, normalize_type
 from spark_jobs.transforms import ARRIVAL, FORMAT_ERROR, RAW
 
@@ -386,7 +386,12 @@ def _parse_wal2json(
     return kind, error, changes, columns
 
 
-PARSERS = {"flat": _parse_flat, "debezium": _parse_debezium, "wal2json": _parse_wal2json}
+PARSERS = {
+    "flat": _parse_flat,
+    "snapshot": _parse_flat,  # a full extract: flat rows without a flag
+    "debezium": _parse_debezium,
+    "wal2json": _parse_wal2json,
+}
 
 
 def read_json_changes(spark: SparkSession, table: TableConfig, lines: DataFrame) -> ChangeRead:
@@ -411,7 +416,7 @@ def read_json_changes(spark: SparkSession, table: TableConfig, lines: DataFrame)
         "tombstones_skipped": kinds.get("tombstone", 0),
         "unknown_events_skipped": kinds.get("ignored", 0),
     }
-    if table.change_format == "flat":
+    if table.change_format not in EVENT_FORMATS:
         ignored = {}
     malformed = parsed.filter(F.col(KIND) == "malformed").select(
         F.lit(None).cast("string").alias(OP),

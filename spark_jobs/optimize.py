@@ -72,11 +72,14 @@ def run_optimize(context: StepContext) -> StepReport:
     report.counts.update(
         final_files_before=before, final_files_after=after, partitions_optimized=partitions
     )
-    for name, path in (
+    others = [
         ("staging", paths.staging),
         ("quarantine", paths.quarantine),
         ("tombstones", paths.tombstones),
-    ):
+    ]
+    if table.history:
+        others += [("history", paths.history), ("history_log", paths.history_log)]
+    for name, path in others:
         before, after, _ = optimize_table(path)
         report.counts[f"{name}_files"] = f"{before}->{after}"
     for path in (paths.final, paths.staging):

@@ -22,7 +22,7 @@ from pyspark.sql.types import StructType
 from cdc_pipeline.config import TableConfig
 from cdc_pipeline.errors import ConcurrentWriteError
 from cdc_pipeline.intervals import Interval
-from spark_jobs import delta
+from spark_jobs import delta, history
 from spark_jobs.common import StepArgs, StepContext, StepReport, run_step
 from spark_jobs.transforms import (
     ARRIVAL,
@@ -306,6 +306,11 @@ def run_overwrite_final(context: StepContext, interval: Interval) -> StepReport:
             append_inserts(context, changes, report)
         else:
             apply_changes(context, changes, report)
+            if table.history:
+                seed = None
+                if not delta.load_snapshot(paths.history_log).exists:
+                    seed = history.existing_state(context, changes.columns)
+                history.update_history(context, changes, seed, report)
     finally:
         changes.unpersist()
     return report

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from pyspark.sql import DataFrame
 
 from cdc_pipeline.errors import ConcurrentWriteError
-from spark_jobs import delta
+from spark_jobs import delta, history
 from spark_jobs.common import StepArgs, StepContext, StepReport, run_step
 from spark_jobs.overwrite_final import MAX_ATTEMPTS, _as_changes
 from spark_jobs.transforms import BATCH, latest_arrival_per_key_and_sequence, latest_change_per_key
@@ -54,6 +54,8 @@ def run_reset_staging(context: StepContext) -> StepReport:
         if not staging.exists:
             report.counts.update(rows_before=0, rows_after=0, staging_version=-1)
             return report
+        if context.table.history and attempt == 1:
+            history.flush_staging(context, delta.read_snapshot(context.spark, staging), report)
         rows = compacted_staging(context, staging)
         run_id = delta.new_run_id()
         written = delta.write_files(rows, paths.staging, [BATCH], run_id)

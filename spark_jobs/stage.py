@@ -20,7 +20,7 @@ from cdc_pipeline.errors import ConfigError, InputError
 from cdc_pipeline.intervals import Interval
 from cdc_pipeline.paths import TablePaths
 from cdc_pipeline.schema import plan_schema
-from spark_jobs import delta
+from spark_jobs import delta, snapshots
 from spark_jobs.common import StepArgs, StepContext, StepReport, run_step
 from spark_jobs.formats import ChangeRead, read_json_changes
 from spark_jobs.transforms import (
@@ -175,16 +175,18 @@ def table_column_types(table: TableConfig, staging: delta.Snapshot) -> dict[str,
     """Staging's data columns and types (None before staging exists)."""
     if staging.schema is None:
         return None
-    technical = {*ARRIVAL, FLAG, table.partition_column}
+    technical = {*ARRIVAL, FLAG, table.partition_column, *snapshots.HASH_COLUMNS}
     return {
         f.name: f.dataType.simpleString() for f in staging.schema.fields if f.name not in technical
     }
 
 
 def staging_columns(table: TableConfig, column_types: dict[str, str]) -> list[str]:
-    """Staging's columns: data columns, the partition column, the flag and the arrival columns."""
+    """Staging's columns: data columns (and a snapshot's hashes), the partition column, the flag
+    and the arrival columns."""
     partition = [table.partition_column] if table.partition_column else []
-    return [*column_types, *partition, FLAG, *ARRIVAL]
+    hashes = list(snapshots.HASH_COLUMNS) if table.change_format == "snapshot" else []
+    return [*column_types, *hashes, *partition, FLAG, *ARRIVAL]
 
 
 def _files_in(
@@ -223,6 +225,12 @@ def run_stage(context: StepContext, interval: Interval) -> StepReport:
         (r["batch"], r["file"]) for r in delta.arrow_table_rows(paths.ledger, ["batch", "file"])
     }
     pending = [f for f in landing if f.ident not in ledger]
+    snapshot_batch = None
+    if pending and table.change_format == "snapshot":
+        batch_ledger = {batch for batch, _ in ledger}
+        snapshot_batch = snapshots.check_order(
+            context, interval, [f.batch for f in pending], batch_ledger
+        )
     counts = report.counts
     counts.update(files=len(landing), new_files=len(pending), rows_read=0, staged=0, quarantined=0)
     staging = delta.load_snapshot(paths.staging)
@@ -235,8 +243,13 @@ def run_stage(context: StepContext, interval: Interval) -> StepReport:
     in_staging = _files_in(spark, staging, batches)
     in_quarantine = _files_in(spark, quarantine, batches)
     delta.inject_fault("stage:before_first_write")
-    read = read_landing(spark, table, pending)
+    # A full extract is compared as a whole: all its files, also those staged before.
+    to_read = [f for f in landing if f.batch == snapshot_batch] if snapshot_batch else pending
+    read = read_landing(spark, table, to_read)
     raw = read.frame
+    if snapshot_batch is not None:
+        raw = raw.withColumn(snapshots.SNAPSHOT_AT, snapshots.snapshot_time(F.col(BATCH)))
+        read.batch_types[snapshots.SNAPSHOT_AT] = "timestamp"
     counts.update(read.ignored)
     if read.undeclared:
         counts["undeclared_columns_ignored"] = len(read.undeclared)
@@ -244,8 +257,9 @@ def run_stage(context: StepContext, interval: Interval) -> StepReport:
             f"table {table.name}: {interval}: columns not in the config row are ignored: "
             + ", ".join(read.undeclared)
         )
-    flag_present = table.flag_source in raw.columns
-    if not flag_present and not table.insert_only:
+    is_snapshot = table.change_format == "snapshot"
+    flag_present = not is_snapshot and table.flag_source in raw.columns
+    if not flag_present and not table.insert_only and not is_snapshot:
         raise InputError(
             f"table {table.name}: the change files of {interval} have no flag column {table.flag_column}"
         )
@@ -255,7 +269,10 @@ def run_stage(context: StepContext, interval: Interval) -> StepReport:
         refuse_batch(context, interval, read, flag_present, plan.refused, in_quarantine)
     column_types = plan.columns
     try:
-        typed = type_changes(raw, table, column_types, flag_present).persist()
+        typed = type_changes(raw, table, column_types, flag_present)
+        if is_snapshot:
+            typed = snapshots.with_hashes(typed, table, list(column_types))
+        typed = typed.persist()
         per_file = (
             typed.groupBy(BATCH, FILE)
             .agg(
@@ -273,7 +290,18 @@ def run_stage(context: StepContext, interval: Interval) -> StepReport:
         changed = delta.evolve_table(spark, paths.staging, typed.select(*columns).schema)
         counts.update(columns_added=len(plan.added), columns_widened=len(plan.widened))
         warn(f"table {table.name}: {interval}: staging schema evolved: {', '.join(changed)}")
-    good = good_changes(typed, columns).filter(~file_key.isin([f"{b}/{n}" for b, n in in_staging]))
+    good = good_changes(typed, columns)
+    derived = None
+    if snapshot_batch is not None:
+        held = typed.filter(F.col(REASON).isNotNull())  # quarantined rows whose key is known
+        for key in table.keys:
+            held = held.filter(F.col(key).isNotNull())
+        derived, operations = snapshots.derive_changes(context, good, held, snapshot_batch, columns)
+        counts.update(operations)
+        good = derived
+        # Rows of files staged before were read to compare the whole extract, not to restage.
+        per_file = [r for r in per_file if (r[BATCH], r[FILE]) in {f.ident for f in pending}]
+    good = good.filter(~file_key.isin([f"{b}/{n}" for b, n in in_staging]))
     bad = quarantined_changes(typed, table, column_types).filter(
         ~file_key.isin([f"{b}/{n}" for b, n in in_quarantine])
     )
@@ -285,6 +313,8 @@ def run_stage(context: StepContext, interval: Interval) -> StepReport:
         paths.quarantine, bad, [BATCH], "quarantine", "stage:before_quarantine_commit"
     )
     typed.unpersist()
+    if derived is not None:
+        derived.unpersist()
     read.release()
     delta.inject_fault("stage:before_ledger_commit")
     now = datetime.now(UTC)

@@ -33,6 +33,8 @@ def run_vacuum(context: StepContext, retention_hours: int | None, force: bool) -
         ("quarantine", paths.quarantine),
         ("tombstones", paths.tombstones),
         ("ledger", paths.ledger),
+        ("history", paths.history),
+        ("history_log", paths.history_log),
     ):
         snapshot = delta.load_snapshot(path)
         if snapshot.table is None:

@@ -1,0 +1,279 @@
+"""`history: true`: an SCD type 2 table with one version per change of every key (seed 003).
+
+Two Delta tables, both partitioned by a hash bucket of the key (`_cdc_key_bucket`), so all rows
+of a key live in one partition that is found without a lookup:
+
+- `{table}/history_log`: every applied change (the staged rows, delete flags included).
+- `{table}/history`: the versions cut from the log. A version starts at a change whose tracked
+  columns differ from the open version's (or that follows a delete); a change of untracked
+  columns only updates the open version in place; a delete closes the open version
+  (`_cdc_is_deleted`); the version a later change closes ends at that change's sequence.
+
+overwrite-final appends the interval's changes to the log, then recuts every key of the buckets
+they touch from the whole log and replaces those buckets in one commit. Cutting from the full
+log is what makes any order right: a late change is spliced between the versions around it,
+duplicates collapse (an identical change does not differ from the open version), several changes
+of a key in one batch each become a version, and a rerun recuts the same versions.
+
+`_cdc_valid_from`/`_cdc_valid_to` hold the first `sequence_by` column of the changes that open and
+close a version (full ties are broken by the rest of sequence_by and arrival, like final).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from typing import Any
+
+from pyspark.sql import Column, DataFrame, Window
+from pyspark.sql import functions as F
+from pyspark.sql.types import BooleanType, IntegerType, StructField, StructType
+
+from cdc_pipeline.config import TableConfig
+from cdc_pipeline.errors import ConcurrentWriteError, ConfigError
+from spark_jobs import delta
+from spark_jobs.common import StepContext, StepReport
+from spark_jobs.transforms import ARRIVAL, FLAG
+
+BUCKET = "_cdc_key_bucket"
+VALID_FROM = "_cdc_valid_from"
+VALID_TO = "_cdc_valid_to"
+IS_CURRENT = "_cdc_is_current"
+IS_DELETED = "_cdc_is_deleted"
+VERSION_COLUMNS = (VALID_FROM, VALID_TO, IS_CURRENT, IS_DELETED)
+MAX_ATTEMPTS = 10
+_BUCKETS_NOTE = re.compile(r"history_buckets=(\d+)")
+
+
+def key_bucket(table: TableConfig) -> Column:
+    """The key's bucket: a hash of the key values as JSON text (stable when a type widens)."""
+    hashed = F.xxhash64(F.to_json(F.struct(*[F.col(f"`{k}`") for k in table.keys])))
+    return F.pmod(hashed, F.lit(table.history_buckets)).cast(IntegerType())
+
+
+def log_schema(staging_schema: StructType) -> StructType:
+    """The log's columns: staging's (data, partition, flag, arrival) plus the key bucket."""
+    return StructType([*staging_schema.fields, StructField(BUCKET, IntegerType(), True)])
+
+
+def history_schema(staging_schema: StructType, table: TableConfig) -> StructType:
+    """The history's columns: final's, the version columns, and the key bucket."""
+    boundary = staging_schema[table.sequence_by[0]].dataType
+    return StructType(
+        [
+            *[f for f in staging_schema.fields if f.name != FLAG],
+            StructField(VALID_FROM, boundary, True),
+            StructField(VALID_TO, boundary, True),
+            StructField(IS_CURRENT, BooleanType(), True),
+            StructField(IS_DELETED, BooleanType(), True),
+            StructField(BUCKET, IntegerType(), True),
+        ]
+    )
+
+
+def tracked_columns(table: TableConfig, columns: Sequence[str]) -> list[str]:
+    """Columns whose change starts a new version (the others update the version in place)."""
+    if table.track_history_columns is not None:
+        return [c for c in table.track_history_columns if c in columns]
+    skipped = {*table.keys, *table.sequence_by, table.partition_column}
+    return sorted(c for c in columns if c not in skipped and not c.startswith("_cdc_"))
+
+
+def cut_versions(events: DataFrame, table: TableConfig) -> DataFrame:
+    """The versions of every key of `events` (the full change log of those keys)."""
+    keys = [F.col(k) for k in table.keys]
+    data_columns = [c for c in events.columns if c not in (FLAG, BUCKET)]
+    order = [F.col(c) for c in [*table.sequence_by, *ARRIVAL, FLAG]]
+    by_key = Window.partitionBy(*keys).orderBy(*order)
+    is_delete = F.col(FLAG) == "D"
+    tracked = tracked_columns(table, data_columns)
+    fingerprint = (
+        F.md5(F.to_json(F.struct(*[F.col(f"`{c}`") for c in tracked]))) if tracked else F.lit("")
+    )
+    marked = events.withColumn("__delete", is_delete).withColumn(
+        "__print", F.when(~is_delete, fingerprint)
+    )
+    previous = F.lag(F.struct(F.col("__delete").alias("d"), F.col("__print").alias("p"))).over(
+        by_key
+    )
+    starts = ~F.col("__delete") & (
+        previous.isNull() | previous["d"] | ~previous["p"].eqNullSafe(F.col("__print"))
+    )
+    # Each segment is one version (an opening change and the changes folded into it) or one
+    # delete; a change after a delete always opens a version.
+    running = by_key.rowsBetween(Window.unboundedPreceding, Window.currentRow)
+    segmented = marked.withColumn(
+        "__segment",
+        F.sum(F.when(starts | F.col("__delete"), 1).otherwise(0)).over(running),
+    )
+    in_segment = Window.partitionBy(*keys, F.col("__segment"))
+    first_sequence = F.first(F.col(table.sequence_by[0])).over(
+        in_segment.orderBy(*order).rowsBetween(Window.unboundedPreceding, Window.currentRow)
+    )
+    latest_first = in_segment.orderBy(*[c.desc() for c in order])
+    segments = (
+        segmented.withColumn("__from", first_sequence)
+        .withColumn("__rank", F.row_number().over(latest_first))
+        .filter(F.col("__rank") == 1)
+    )
+    following = F.lead(F.struct(F.col("__delete").alias("d"), F.col("__from").alias("f"))).over(
+        Window.partitionBy(*keys).orderBy("__segment")
+    )
+    return (
+        segments.withColumn("__next", following)
+        .filter(~F.col("__delete"))
+        .select(
+            *[F.col(f"`{c}`") for c in data_columns],
+            F.col("__from").alias(VALID_FROM),
+            F.col("__next")["f"].alias(VALID_TO),
+            F.col("__next").isNull().alias(IS_CURRENT),
+            F.coalesce(F.col("__next")["d"], F.lit(False)).alias(IS_DELETED),
+            F.col(BUCKET),
+        )
+    )
+
+
+def _check_buckets(table: TableConfig, snapshot: delta.Snapshot) -> None:
+    """A table's keys stay in the buckets they were hashed into: the count cannot change."""
+    if snapshot.table is None:
+        return
+    found = _BUCKETS_NOTE.search(snapshot.table.metadata().description or "")
+    if found and int(found.group(1)) != table.history_buckets:
+        raise ConfigError(
+            f"table {table.name}: history_buckets: is {table.history_buckets}, but "
+            f"{snapshot.path} was created with {found.group(1)}; set it back to {found.group(1)}"
+        )
+
+
+def _bucket_filters(buckets: set[Any] | None) -> list[tuple[str, str, Any]] | None:
+    if buckets is None:
+        return None
+    return [(BUCKET, "in", sorted(str(b) for b in buckets))]
+
+
+def append_to_log(
+    context: StepContext, events: DataFrame, buckets: set[Any] | None
+) -> tuple[int, set[int]]:
+    """Append the changes the log does not hold yet; returns (rows appended, their buckets)."""
+    table, paths, spark = context.table, context.paths, context.spark
+    # A change is one row at one arrival position (a seeded copy of it carries another flag).
+    identity = [*table.keys, *table.sequence_by, *ARRIVAL]
+    for attempt in range(1, MAX_ATTEMPTS + 1):
+        log = delta.load_snapshot(paths.history_log)
+        held = delta.read_snapshot(spark, log, partitions=buckets, columns=identity)
+        fresh = events.join(held, on=identity, how="left_anti")
+        run_id = delta.new_run_id()
+        written = delta.write_files(fresh, paths.history_log, [BUCKET], run_id)
+        if not written.actions:
+            return 0, set()
+        result = delta.try_commit(log, written, "append", "history_log", run_id, attempt)
+        if result is not None:
+            # A concurrent run may have appended the same changes: harmless, a change seen
+            # twice folds into the version it opens.
+            appended = {int(a.partition_values[BUCKET] or 0) for a in written.actions}
+            return written.rows, appended
+    raise ConcurrentWriteError(
+        f"table {table.name}: the history log kept conflicting ({MAX_ATTEMPTS} attempts); "
+        "run the step again"
+    )
+
+
+def recut(context: StepContext, buckets: set[Any] | None) -> tuple[int, int]:
+    """Replace the history of the given buckets (None: all) by the versions cut from the log."""
+    table, paths, spark = context.table, context.paths, context.spark
+    for attempt in range(1, MAX_ATTEMPTS + 1):
+        # History before the log: a history commit made after this read is seen as a conflict.
+        history = delta.load_snapshot(paths.history)
+        log = delta.load_snapshot(paths.history_log)
+        events = delta.read_snapshot(spark, log, partitions=buckets)
+        versions = cut_versions(events, table).select(*history.schema.fieldNames())  # type: ignore[union-attr]
+        run_id = delta.new_run_id()
+        written = delta.write_files(versions, paths.history, [BUCKET], run_id)
+        result = delta.try_commit(
+            history, written, "overwrite", "history", run_id, attempt, _bucket_filters(buckets)
+        )
+        if result is None:
+            continue
+        if result.interfering_versions:
+            delta.sleep_before_retry(attempt)
+            continue
+        return written.rows, result.version
+    raise ConcurrentWriteError(
+        f"table {table.name}: the history kept conflicting ({MAX_ATTEMPTS} attempts); "
+        "run the step again"
+    )
+
+
+def update_history(
+    context: StepContext, changes: DataFrame, final_rows: DataFrame | None, report: StepReport
+) -> None:
+    """Log the interval's changes and recut the history of the buckets they touch.
+
+    On the first run of a table that already has a final table (history switched on later),
+    the log starts from final's rows and the remembered deletes, and every bucket is cut.
+    """
+    table, paths, spark = context.table, context.paths, context.spark
+    staging_schema = changes.schema
+    log_before = delta.load_snapshot(paths.history_log)
+    note = f"cdc history of {table.name}; history_buckets={table.history_buckets}"
+    _check_buckets(table, log_before)
+    delta.ensure_table(paths.history_log, log_schema(staging_schema), [BUCKET], note)
+    delta.ensure_table(paths.history, history_schema(staging_schema, table), [BUCKET], note)
+    delta.evolve_table(spark, paths.history_log, log_schema(staging_schema))
+    delta.evolve_table(spark, paths.history, history_schema(staging_schema, table))
+    events = changes
+    if not log_before.exists and final_rows is not None:
+        events = events.unionByName(final_rows)
+    events = events.withColumn(BUCKET, key_bucket(table)).dropDuplicates(
+        [*table.keys, *table.sequence_by, *ARRIVAL]
+    )
+    buckets: set[Any] | None = None  # a new log: every bucket is cut
+    if log_before.exists:
+        buckets = {r[0] for r in events.select(BUCKET).distinct().collect()}  # metadata
+    logged, _ = append_to_log(context, events, buckets)
+    versions, history_version = recut(context, buckets)
+    report.counts.update(
+        history_changes_logged=logged,
+        history_buckets_rewritten=len(buckets) if buckets is not None else table.history_buckets,
+        history_rows_written=versions,
+        history_version=history_version,
+    )
+
+
+def flush_staging(context: StepContext, staged: DataFrame, report: StepReport) -> None:
+    """Before reset-staging compacts staging, log the changes the log does not hold yet.
+
+    A change staged but not applied yet may lose to a later one in the reset; its interval's
+    overwrite-final then no longer sees it, so it is logged (and its buckets recut) here.
+    """
+    table, paths = context.table, context.paths
+    if not delta.load_snapshot(paths.history_log).exists:
+        return  # no history yet: the first overwrite-final seeds it from final
+    delta.evolve_table(context.spark, paths.history_log, log_schema(staged.schema))
+    logged, buckets = append_to_log(context, staged.withColumn(BUCKET, key_bucket(table)), None)
+    if buckets:
+        recut(context, buckets)
+    report.counts["history_changes_logged"] = logged
+
+
+def existing_state(context: StepContext, columns: Sequence[str]) -> DataFrame | None:
+    """What is known before history starts, as changes: every change still in staging, final's
+    rows and the remembered deletes (seeding a new history log)."""
+    from spark_jobs.overwrite_final import _as_changes
+
+    spark, paths = context.spark, context.paths
+    parts = []
+    for path, flag in ((paths.staging, None), (paths.final, "U"), (paths.tombstones, "D")):
+        snapshot = delta.load_snapshot(path)
+        if snapshot.exists and snapshot.files:
+            rows = delta.read_snapshot(spark, snapshot)
+            if flag is None:
+                parts.append(rows.select(*[c for c in columns]))
+            else:
+                parts.append(_as_changes(rows, columns, flag))
+    if not parts:
+        return None
+    result = parts[0]
+    for part in parts[1:]:
+        result = result.unionByName(part)
+    return result
