@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Sequence
-from datetime import UTC, datetime
+from datetime import UTC
 from decimal import Decimal, InvalidOperation
 from pathlib import Path
 from typing import Any
@@ -63,7 +63,7 @@ def at_value(text: str, kind: DataType, column: str) -> Any:
             return float(text)
         if isinstance(kind, StringType):
             return text
-    except (ValueError, InvalidOperation) as error:
+    except (ValueError, InvalidOperation, UsageError) as error:
         raise UsageError(
             f"--at {text!r}: the history's versions are bounded by {column} "
             f"({kind.simpleString()}); give a value of that type ({error})"
@@ -115,21 +115,18 @@ def run_as_of(context: StepContext, at: str, output: Path | None, limit: int) ->
             report.counts["output"] = str(output)
             report.counts["output_version"] = write_output(frame, output, table)
             return report
-        ordered = frame.orderBy(*table.keys)
-        sample = ordered.limit(limit).collect()  # a printed sample, at most `limit` rows
+        # Spark renders the values (timestamps in the session's UTC), the driver prints them.
+        as_text = frame.orderBy(*table.keys).select(
+            *[F.col(f"`{c}`").cast("string").alias(c) for c in frame.columns]
+        )
+        sample = as_text.limit(limit).collect()  # a printed sample, at most `limit` rows
         print("\t".join(frame.columns))
         for row in sample:
-            print("\t".join("" if v is None else _text(v) for v in row))
+            print("\t".join("" if v is None else v for v in row))
         report.counts["printed"] = len(sample)
     finally:
         frame.unpersist()
     return report
-
-
-def _text(value: Any) -> str:
-    if isinstance(value, datetime):
-        return value.isoformat()
-    return str(value)
 
 
 def as_of_step(context: StepContext, args: StepArgs) -> StepReport:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from tests.cli.cdc import cdc, summary
-from tests.helpers import Workspace, table_rows
+from tests.helpers import Workspace, table_rows, ts
 
 pytestmark = pytest.mark.slow
 
@@ -103,3 +103,42 @@ def test_run_prints_one_summary_line_with_counts(workspace: Workspace) -> None:
         assert done.returncode == 0, done.stderr
         assert done.stdout.startswith(f"{command[0]} t: "), done.stdout
     assert table_rows(workspace.paths("t").final, ["ID", "VALUE"]) == [(1, 2), (2, 1)]
+
+
+def test_as_of_prints_and_writes_the_table_at_a_time(workspace: Workspace) -> None:
+    workspace.configure({**TABLE, "history": True})
+    workspace.land(
+        "t",
+        "2024-01-01T00",
+        "a.csv",
+        [
+            {"ID": 1, "VALUE": 10, "TS": "2024-01-01T00:10:00Z", "FLAG": "I"},
+            {"ID": 2, "VALUE": 20, "TS": "2024-01-01T00:10:00Z", "FLAG": "I"},
+            {"ID": 1, "VALUE": 11, "TS": "2024-01-01T00:30:00Z", "FLAG": "U"},
+            {"ID": 2, "VALUE": None, "TS": "2024-01-01T00:40:00Z", "FLAG": "D"},
+        ],
+    )
+    ran = cdc(
+        workspace, "run", "t", "--start", "2024-01-01T00:00:00Z", "--end", "2024-01-01T01:00:00Z"
+    )
+    assert ran.returncode == 0, ran.stderr
+    assert summary(ran)["history_rows_written"] == "3"
+    printed = cdc(workspace, "as-of", "t", "--at", "2024-01-01T00:35:00Z")
+    assert printed.returncode == 0, printed.stderr
+    lines = printed.stdout.splitlines()
+    assert lines[:3] == [
+        "ID\tVALUE\tTS",
+        "1\t11\t2024-01-01 00:30:00",
+        "2\t20\t2024-01-01 00:10:00",
+    ]
+    assert lines[3].startswith("as-of t at 2024-01-01T00:35:00Z: rows=2 printed=2")
+    target = workspace.root / "t_at_0020"
+    written = cdc(workspace, "as-of", "t", "--at", "2024-01-01T00:20:00Z", "--output", str(target))
+    assert written.returncode == 0, written.stderr
+    assert table_rows(target) == [
+        (1, 10, ts("2024-01-01T00:10:00Z")),
+        (2, 20, ts("2024-01-01T00:10:00Z")),
+    ]
+    bad = cdc(workspace, "as-of", "t", "--at", "yesterday")
+    assert bad.returncode == 2
+    assert bad.stderr.strip().splitlines()[-1].startswith("error: as-of: --at 'yesterday'")

@@ -207,3 +207,34 @@ def test_types_are_normalized() -> None:
         }
     )
     assert table.columns == {"ID": "bigint", "TS": "timestamp", "A": "decimal(10, 2)"}
+
+
+def test_snapshot_and_history_fields() -> None:
+    snapshot = {
+        "name": "s",
+        "change_format": "snapshot",
+        "columns": {"ID": "bigint", "V": "int", "LOADED": "string"},
+        "keys": ["ID"],
+        "compare_exclude": ["LOADED"],
+        "history": True,
+        "track_history_columns": ["V"],
+    }
+    table = parse_config({"tables": [snapshot]}).tables["s"]
+    assert (table.file_format, table.sequence_by) == ("parquet", ["_cdc_snapshot_at"])
+    assert table.history_buckets == 16
+    assert problems({**snapshot, "compare_exclude": ["ID", "NOPE"]}) == [
+        "table s: compare_exclude: 'NOPE' is not a declared column",
+        "table s: compare_exclude: key columns are always compared",
+    ]
+    assert problems({**snapshot, "insert_only": True}) == [
+        "table s: insert_only: a snapshot table derives updates and deletes",
+        "table s: history: insert_only tables never change a row (no history to keep)",
+    ]
+    assert problems({**GOOD, "compare_exclude": ["TS"], "track_history_columns": ["ID"]}) == [
+        "table orders: compare_exclude: only for change_format snapshot",
+        "table orders: track_history_columns: needs history: true",
+        "table orders: track_history_columns: key columns identify a row, not a version",
+    ]
+    assert problems({**GOOD, "history": True, "history_buckets": 0}) == [
+        "table orders: history_buckets: Input should be greater than or equal to 1"
+    ]
