@@ -98,3 +98,47 @@ class TableModel:
                 row[self.partition_column] = self.partition(row)
             result[key] = tuple(row[c] for c in self.output_columns)
         return result
+
+    def history(self, changes: Iterable[Landed]) -> list[tuple[Any, ...]]:
+        """SCD type 2 versions: output_columns + (valid_from, valid_to, is_current, is_deleted).
+
+        Per key, in rank order: a change whose non-key, non-sequence values differ from the open
+        version's opens a new version (closing the open one at its first sequence value); an
+        equal one updates the open version in place; a D closes the open version as deleted.
+        """
+        skipped = {*self.keys, *self.sequence_by}
+        tracked = [c for c in self.columns if c not in skipped]
+        by_key: dict[Key, list[Landed]] = {}
+        for change in changes:
+            row = self.typed_row(change)
+            by_key.setdefault(tuple(row[k] for k in self.keys), []).append(change)
+        versions: list[tuple[Any, ...]] = []
+        for key_changes in by_key.values():
+            open_version: dict[str, Any] | None = None
+            for change in sorted(key_changes, key=self.rank):
+                row = self.typed_row(change)
+                start = row[self.sequence_by[0]]
+                if self.flag(change) == "D":
+                    if open_version is not None:
+                        versions.append(self._version(open_version, start, False, True))
+                    open_version = None
+                    continue
+                values = [row[c] for c in tracked]
+                if open_version is not None and open_version["tracked"] == values:
+                    open_version["row"] = row
+                    continue
+                if open_version is not None:
+                    versions.append(self._version(open_version, start, False, False))
+                open_version = {"row": row, "tracked": values, "from": start}
+            if open_version is not None:
+                versions.append(self._version(open_version, None, True, False))
+        return sorted(versions, key=repr)
+
+    def _version(
+        self, version: dict[str, Any], until: Any, current: bool, deleted: bool
+    ) -> tuple[Any, ...]:
+        row = dict(version["row"])
+        if self.partition_column is not None:
+            assert self.partition is not None
+            row[self.partition_column] = self.partition(row)
+        return (*[row[c] for c in self.output_columns], version["from"], until, current, deleted)

@@ -49,6 +49,8 @@ CONFIG = {
     "sequence_by": ["TS", "SEQ2"],
     "partition_expression": "upper(substring(REGION, 1, 2))",
     "partition_column": "REGION_P",
+    "history": True,
+    "history_buckets": 2,
 }
 MODEL = TableModel(
     columns=COLUMNS,
@@ -60,6 +62,7 @@ MODEL = TableModel(
 OUTPUT = MODEL.output_columns
 ARRIVAL = ["_cdc_batch", "_cdc_file", "_cdc_row"]
 TOMBSTONE = ["K1", "K2", "TS", "SEQ2", *ARRIVAL]
+VERSION = ["_cdc_valid_from", "_cdc_valid_to", "_cdc_is_current", "_cdc_is_deleted"]
 FIRST_HOUR = datetime(2024, 1, 1, 22, tzinfo=UTC)  # 2-4 hours: the folders cross midnight
 KEY_POOL = [(1, "a"), (1, "b"), (2, "a"), (2, "b")]
 REGIONS = ["eu-west", "us-east", "eu-north", "ap-south"]  # partitions EU, US, AP
@@ -205,9 +208,13 @@ def rows_of(path: Path, columns: list[str]) -> list[tuple[Any, ...]]:
     return table_rows(path, columns) if (path / "_delta_log").is_dir() else []
 
 
-def state(paths: TablePaths) -> tuple[list[tuple[Any, ...]], list[tuple[Any, ...]]]:
-    """Final rows with their arrival, and the tombstones: what a rerun must leave as it is."""
-    return rows_of(paths.final, OUTPUT + ARRIVAL), rows_of(paths.tombstones, TOMBSTONE)
+def state(paths: TablePaths) -> tuple[list[tuple[Any, ...]], ...]:
+    """Final rows with their arrival, the tombstones and the history: what a rerun must keep."""
+    return (
+        rows_of(paths.final, OUTPUT + ARRIVAL),
+        rows_of(paths.tombstones, TOMBSTONE),
+        rows_of(paths.history, OUTPUT + ARRIVAL + VERSION),
+    )
 
 
 def features(scenario: Scenario) -> list[str]:
@@ -272,6 +279,11 @@ def test_random_streams_in_any_order_match_the_model(spark, scenario: Scenario) 
             assert {row[:2]: row for row in actual} == expected, (
                 f"after hours {[hour_text(h) for h in applied]}: "
                 f"final {sorted(actual)} != model {sorted(expected.values())}"
+            )
+            history = rows_of(paths.history, OUTPUT + VERSION)
+            assert history == MODEL.history(so_far), (
+                f"after hours {[hour_text(h) for h in applied]}: history {history} != model "
+                f"{MODEL.history(so_far)}"
             )
             if step == scenario.rerun_after:
                 before = state(paths)
