@@ -101,6 +101,9 @@ def table_summary(name: str, start: datetime, hours: int, extra: str) -> str:
     staged = sum(int(r["rows_staged"]) for r in ledger)
     quarantined = sum(int(r["rows_quarantined"]) for r in ledger)
     window = f"[{format_timestamp(start)}, {format_timestamp(start + timedelta(hours=hours))})"
+    history = delta.load_snapshot(paths.history)
+    if history.exists:
+        extra += f" history_versions={history.num_records}"
     return (
         f"demo {name} {window}: {extra} staged={staged} quarantined={quarantined} "
         f"final_rows={final.num_records} partitions={len(final.partition_values()) or 1} files={len(final.files)} "

@@ -73,13 +73,17 @@ def test_seed_004_day_1_and_day_2(spark, workspace: Workspace) -> None:
         "deleted": 0,
         "unchanged": 0,
     }
+    assert (applied.counts["rows_written"], applied.counts["history_rows_written"]) == (
+        10_000,
+        10_000,
+    )
     columns = [*KEYS, *VALUES, "EXTRACTED_AT"]
     assert table_rows(paths.final, columns) == sorted(
         (tuple(r[c] for c in columns) for r in day_1), key=repr
     )
 
     workspace.land("accounts_snapshot", "2019-06-19T00", "extract.parquet", day_2, "parquet")
-    staged, applied = run(spark, workspace, table, "2019-06-19T00", "2019-06-20T00")
+    staged, _ = run(spark, workspace, table, "2019-06-19T00", "2019-06-20T00")
     assert {k: staged.counts[k] for k in ("inserted", "updated", "deleted", "unchanged")} == {
         "inserted": 2000,
         "updated": 4000,
