@@ -73,7 +73,8 @@ class LocalAirflow:
             AIRFLOW__CORE__DAGS_FOLDER=str(root / "dags"),
             AIRFLOW__CORE__PLUGINS_FOLDER=str(root / "plugins"),
             AIRFLOW__CORE__LOAD_EXAMPLES="False",
-            AIRFLOW__DATABASE__SQL_ALCHEMY_CONN=f"sqlite:///{self.home}/airflow.db",
+            # SQLite allows one writer: wait up to 60 s for a lock instead of failing at once.
+            AIRFLOW__DATABASE__SQL_ALCHEMY_CONN=f"sqlite:///{self.home}/airflow.db?timeout=60",
             AIRFLOW__CORE__EXECUTOR="LocalExecutor",
             AIRFLOW__CORE__PARALLELISM="2",  # 2 cores: more task processes only contend
             AIRFLOW__CORE__EXECUTION_API_SERVER_URL=f"{self.url}/execution/",
@@ -98,15 +99,24 @@ class LocalAirflow:
     def airflow(
         self, *args: str, timeout: int = 900, check: bool = True
     ) -> subprocess.CompletedProcess[str]:
-        """Run an airflow CLI command against this installation."""
-        result = subprocess.run(
-            [str(BIN / "airflow"), *args],
-            env=self.environment(),
-            capture_output=True,
-            text=True,
-            timeout=timeout,
-            check=False,
-        )
+        """Run an airflow CLI command against this installation.
+
+        A command that lost SQLite's single write lock to the scheduler ("database is locked")
+        made no change and is run again, up to three times.
+        """
+        for attempt in range(1, 4):
+            result = subprocess.run(
+                [str(BIN / "airflow"), *args],
+                env=self.environment(),
+                capture_output=True,
+                text=True,
+                timeout=timeout,
+                check=False,
+            )
+            locked = "database is locked" in result.stderr + result.stdout
+            if result.returncode == 0 or not locked or attempt == 3:
+                break
+            time.sleep(2 * attempt)
         if check and result.returncode != 0:
             raise RuntimeError(
                 f"airflow {' '.join(args)} failed:\n{result.stdout[-3000:]}\n{result.stderr[-3000:]}"
