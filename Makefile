@@ -3,7 +3,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install demo test lint typecheck clean system airflow
+.PHONY: install demo test lint typecheck clean system airflow bench bench-smoke
 
 install: $(STAMP)
 
@@ -39,6 +39,16 @@ typecheck: install
 
 test: install lint typecheck
 	$(BIN)/python -m pytest tests
+	$(MAKE) bench-smoke
+
+# overwrite-final vs a full rebuild vs a delta-rs MERGE (about 10 minutes on 2 cores);
+# options: .venv/bin/cdc bench --help. Results: bench-results/latest.json and latest.png.
+bench: install
+	$(BIN)/cdc bench
+
+# The same harness at tiny sizes (under a minute): fails if the three methods disagree.
+bench-smoke: install
+	$(BIN)/cdc bench --smoke
 
 clean:
 	rm -rf $(VENV) landing warehouse .pytest_cache .mypy_cache .ruff_cache

@@ -50,6 +50,20 @@ def build_parser() -> argparse.ArgumentParser:
     }
     for command, (_, kind) in STEPS.items():
         add_step_arguments(commands.add_parser(command, help=helps[command]), kind)  # type: ignore[arg-type]
+    bench = commands.add_parser(
+        "bench", help="overwrite-final vs a full rebuild vs a delta-rs MERGE, timed side by side"
+    )
+    bench.add_argument("--config", type=Path, default=argparse.SUPPRESS)
+    bench.add_argument("--rows", type=int, default=None, help="rows of the x1 table (5000000)")
+    bench.add_argument("--partitions", type=int, default=None, help="partitions (100)")
+    bench.add_argument("--key-width", type=int, default=None, help="key columns (1)")
+    bench.add_argument("--changes", type=int, default=None, help="rows of the change set (20000)")
+    bench.add_argument(
+        "--fractions", default=None, help="touched fractions of partitions (0.01,0.05,0.25)"
+    )
+    bench.add_argument("--sizes", default=None, help="table size multipliers (1,4)")
+    bench.add_argument("--output", type=Path, default=None, help="results folder (bench-results)")
+    bench.add_argument("--smoke", action="store_true", help="tiny sizes: the harness in seconds")
     demo = commands.add_parser("demo", help="generate sample change sets and apply them")
     demo.add_argument("--config", type=Path, default=argparse.SUPPRESS)
     demo.add_argument(
@@ -129,6 +143,47 @@ def run_demo_command(namespace: argparse.Namespace) -> int:
     return 0
 
 
+def run_bench_command(namespace: argparse.Namespace) -> int:
+    """`cdc bench`: the sweep, one line per case, the ratios, and where the results are."""
+    from dataclasses import replace
+
+    from spark_jobs.bench import BenchSpec, run_bench
+    from spark_jobs.common import one_line
+    from spark_jobs.session import build_spark_session
+
+    output = namespace.output or Path("bench-results") / ("smoke" if namespace.smoke else "")
+    spec = BenchSpec.smoke(output) if namespace.smoke else BenchSpec(output=output)
+    try:
+        overrides: dict[str, object] = {
+            name: value
+            for name, value in (
+                ("rows", namespace.rows),
+                ("partitions", namespace.partitions),
+                ("key_width", namespace.key_width),
+                ("changes", namespace.changes),
+            )
+            if value is not None
+        }
+        if namespace.fractions:
+            overrides["fractions"] = tuple(float(v) for v in namespace.fractions.split(","))
+        if namespace.sizes:
+            overrides["sizes"] = tuple(int(v) for v in namespace.sizes.split(","))
+    except ValueError as error:
+        print(f"error: bench: {error}", file=sys.stderr)
+        return 2
+    spec = replace(spec, **overrides)  # type: ignore[arg-type]
+    os.environ.setdefault("CDC_SPARK_UI", "true")  # stage times come from Spark's REST API
+    try:
+        result = run_bench(build_spark_session("cdc-bench"), spec)
+    except Exception as error:
+        print(f"error: bench: {one_line(error)}", file=sys.stderr)
+        return 1
+    for name, value in result["ratios"].items():
+        print(f"bench: {name}={value}")
+    print(f"bench: results in {spec.output}/latest.json and latest.png")
+    return 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of `cdc`."""
     parser = build_parser()
@@ -137,6 +192,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         code = validate(namespace.config)
     elif namespace.command == "demo":
         code = run_demo_command(namespace)
+    elif namespace.command == "bench":
+        code = run_bench_command(namespace)
     else:
         import importlib
 

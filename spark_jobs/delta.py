@@ -83,6 +83,8 @@ class DataFile:
     size: int
     partition_values: dict[str, Any]
     num_records: int | None
+    min_values: dict[str, Any] = field(default_factory=dict)
+    max_values: dict[str, Any] = field(default_factory=dict)
 
     @property
     def name(self) -> str:
@@ -146,6 +148,8 @@ def load_snapshot(path: Path) -> Snapshot:
             size=int(row["size_bytes"]),
             partition_values={c: row.get(f"partition.{c}") for c in partition_columns},
             num_records=row.get("num_records"),
+            min_values={k[4:]: v for k, v in row.items() if k.startswith("min.") and v is not None},
+            max_values={k[4:]: v for k, v in row.items() if k.startswith("max.") and v is not None},
         )
         for row in actions
     ]
@@ -182,8 +186,10 @@ def read_snapshot(
     partitions: Iterable[Any] | None = None,
     columns: Sequence[str] | None = None,
     with_file_name: bool = False,
+    files: Sequence[DataFile] | None = None,
 ) -> DataFrame:
-    """The snapshot's rows (optionally only some partitions and columns) with partition values.
+    """The snapshot's rows (optionally only some partitions, files and columns) with partition
+    values.
 
     Delta data files do not hold partition values; they come from the log, joined on each
     row's file name (a small broadcast map of metadata, not row data).
@@ -192,7 +198,7 @@ def read_snapshot(
         raise ValueError(f"no Delta table at {snapshot.path}")
     schema = snapshot.schema
     wanted = list(columns) if columns is not None else [f.name for f in schema.fields]
-    files = snapshot.files_in(partitions)
+    files = list(files) if files is not None else snapshot.files_in(partitions)
     out_fields = [schema[c] for c in wanted]
     if with_file_name:
         out_fields.append(StructField(FILE_NAME_COLUMN, StringType(), True))
@@ -285,7 +291,8 @@ def write_files(
             for part in relative_dir.parts
         ):
             continue  # Spark's own bookkeeping, not data
-        rows = pq.read_metadata(source).num_rows
+        metadata = pq.read_metadata(source)
+        rows = metadata.num_rows
         if rows == 0:
             source.unlink()
             continue
@@ -307,11 +314,73 @@ def write_files(
                 partition_values=values,
                 modification_time=int(stat.st_mtime * 1000),
                 data_change=True,
-                stats=json.dumps({"numRecords": rows}),
+                stats=json.dumps({"numRecords": rows, **footer_stats(metadata)}),
             )
         )
     shutil.rmtree(tmp, ignore_errors=True)
     return WrittenFiles(table_path, actions)
+
+
+_MAX_STATS_STRING = 256
+
+
+def _stats_value(value: Any) -> Any:
+    """A footer min/max as Delta stats JSON holds it, or None for types not recorded."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value
+    if isinstance(value, str):
+        return value if len(value) <= _MAX_STATS_STRING else None
+    if isinstance(value, date) and not isinstance(value, datetime):
+        return value.isoformat()
+    return None
+
+
+def footer_stats(metadata: pq.FileMetaData) -> dict[str, Any]:
+    """Delta file statistics (minValues, maxValues, nullCount) from a Parquet footer.
+
+    Recorded for integer, string and date columns whose every row group has statistics, so
+    readers (and the moved-key lookup of overwrite-final) can skip files by value range.
+    """
+    mins: dict[str, Any] = {}
+    maxs: dict[str, Any] = {}
+    nulls: dict[str, int] = {}
+    for index in range(metadata.num_columns):
+        name = metadata.schema.column(index).path
+        if "." in name:
+            continue  # nested: not recorded
+        low = high = None
+        null_count = 0
+        complete = True
+        for group in range(metadata.num_row_groups):
+            column = metadata.row_group(group).column(index)
+            stats = column.statistics
+            if stats is None or not stats.has_null_count:
+                complete = False
+                break
+            null_count += stats.null_count
+            if not stats.has_min_max:
+                if stats.null_count != column.num_values:
+                    complete = False
+                    break
+                continue  # only nulls in this row group
+            try:
+                group_low, group_high = _stats_value(stats.min), _stats_value(stats.max)
+            except (pa.ArrowNotImplementedError, ValueError):  # a type pyarrow cannot convert
+                complete = False
+                break
+            if group_low is None or group_high is None:
+                complete = False
+                break
+            low = group_low if low is None else min(low, group_low)
+            high = group_high if high is None else max(high, group_high)
+        if not complete:
+            continue
+        nulls[name] = null_count
+        if low is not None and high is not None:
+            mins[name], maxs[name] = low, high
+    return {"minValues": mins, "maxValues": maxs, "nullCount": nulls}
 
 
 @dataclass(frozen=True)

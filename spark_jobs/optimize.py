@@ -14,15 +14,23 @@ from spark_jobs import delta
 from spark_jobs.common import StepArgs, StepContext, StepReport, run_step
 
 MAX_ATTEMPTS = 6
+# A file under half of delta-rs's 100 MiB optimize target is small: compacting it pays off.
+SMALL_FILE_BYTES = 50 * 1024 * 1024
 
 
 def partitions_needing_optimize(snapshot: delta.Snapshot) -> list[str | None] | None:
-    """Partition values (as log strings) holding more than one file; None: unpartitioned table."""
+    """Partition values (as log strings) holding two or more small files; None: unpartitioned.
+
+    Partitions whose files are already large, or that hold a single file, are left alone, so an
+    optimize after a run rewrites only what the runs fragmented.
+    """
     if not snapshot.partition_columns:
         return None
     column = snapshot.partition_columns[0]
     counts = Counter(
-        delta.partition_value_string(f.partition_values.get(column)) for f in snapshot.files
+        delta.partition_value_string(f.partition_values.get(column))
+        for f in snapshot.files
+        if f.size < SMALL_FILE_BYTES
     )
     return sorted(
         (value for value, n in counts.items() if n > 1), key=lambda v: (v is None, v or "")
@@ -37,7 +45,8 @@ def optimize_table(path: Path, zorder_by: Sequence[str] = ()) -> tuple[int, int,
             return 0, 0, 0
         before = len(snapshot.files)
         needy = partitions_needing_optimize(snapshot)
-        if (needy is None and before <= 1) or needy == []:
+        small = sum(1 for f in snapshot.files if f.size < SMALL_FILE_BYTES)
+        if (needy is None and small <= 1) or needy == []:
             return before, before, 0
         filters = None
         if needy is not None:

@@ -17,7 +17,7 @@ from typing import Any
 
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
-from pyspark.sql.types import StructType
+from pyspark.sql.types import StringType, StructField, StructType
 
 from cdc_pipeline.config import TableConfig
 from cdc_pipeline.errors import ConcurrentWriteError
@@ -55,21 +55,69 @@ class Plan:
 
 
 def partitions_holding_keys(
-    context: StepContext, final: delta.Snapshot, keys_df: DataFrame
+    context: StepContext, final: delta.Snapshot, keys_df: DataFrame, known: set[Any]
 ) -> set[Any]:
-    """Partition values of the final files holding any of the keys (reads key columns only)."""
+    """Partition values of the final files holding any of the keys, outside `known`.
+
+    Final holds each key once, so a key found in the `known` partitions (those the changes
+    write to, rewritten anyway) is nowhere else: only the other keys (new keys, keys that
+    moved, key-only deletes) are looked up, and only in the files whose key statistics (min and
+    max of each key column, written with every file) can hold one of them. New keys above
+    every file's range, the common case, read no file at all.
+    """
     table = context.table
     if not final.files or table.partition_column is None:
         return set()
-    located = delta.read_snapshot(context.spark, final, columns=table.keys, with_file_name=True)
+    spark, keys = context.spark, list(table.keys)
+    column = table.partition_column
+    if known:
+        found = delta.read_snapshot(spark, final, partitions=known, columns=keys)
+        keys_df = keys_df.join(found, on=keys, how="left_anti")
+    others = [f for f in final.files if f.partition_values.get(column) not in known]
+    candidates = files_that_may_hold(context, final, others, keys_df)
+    if not candidates:
+        return set()
+    located = delta.read_snapshot(spark, final, columns=keys, with_file_name=True, files=candidates)
     names = (
-        located.join(F.broadcast(keys_df), on=list(table.keys), how="left_semi")
+        located.join(F.broadcast(keys_df), on=keys, how="left_semi")
         .select(delta.FILE_NAME_COLUMN)
         .distinct()
         .collect()  # metadata: names of the files holding touched keys
     )
-    by_name = {f.name: f.partition_values[table.partition_column] for f in final.files}
+    by_name = {f.name: f.partition_values[column] for f in candidates}
     return {by_name[row[0]] for row in names}
+
+
+def files_that_may_hold(
+    context: StepContext, final: delta.Snapshot, files: list[delta.DataFile], keys_df: DataFrame
+) -> list[delta.DataFile]:
+    """The files whose key ranges (from their statistics) contain at least one of the keys;
+    files without statistics for every key column are always included."""
+    spark, keys = context.spark, list(context.table.keys)
+    ranged = [f for f in files if all(k in f.min_values and k in f.max_values for k in keys)]
+    unranged = [f for f in files if f not in ranged]
+    if not ranged or final.schema is None:
+        return files
+    fields = [StructField("__file", StringType(), False)]
+    for key in keys:
+        kind = final.schema[key].dataType
+        fields += [StructField(f"__min_{key}", kind), StructField(f"__max_{key}", kind)]
+    ranges = spark.createDataFrame(
+        [(f.name, *[v for k in keys for v in (f.min_values[k], f.max_values[k])]) for f in ranged],
+        StructType(fields),
+    )
+    inside = [F.col(k).between(F.col(f"__min_{k}"), F.col(f"__max_{k}")) for k in keys]
+    condition = inside[0]
+    for part in inside[1:]:
+        condition = condition & part
+    hits = {
+        row[0]
+        for row in keys_df.join(F.broadcast(ranges), condition)
+        .select("__file")
+        .distinct()
+        .collect()  # metadata: names of candidate files
+    }
+    return unranged + [f for f in ranged if f.name in hits]
 
 
 def _as_changes(frame: DataFrame, columns: Sequence[str], flag: str) -> DataFrame:
@@ -96,7 +144,9 @@ def plan_rewrite(
         column = table.partition_column
         upserts = changes.filter(F.col(FLAG) != "D").select(column).distinct()
         new_partitions = {row[0] for row in upserts.collect()}  # metadata: partition values
-        touched: set[Any] | None = new_partitions | partitions_holding_keys(context, final, keys_df)
+        touched: set[Any] | None = new_partitions | partitions_holding_keys(
+            context, final, keys_df, new_partitions
+        )
         final_rows = delta.read_snapshot(spark, final, partitions=touched)
     else:
         touched = None

@@ -415,3 +415,69 @@ def test_json_customers_story_of_seed_000(spark, workspace: Workspace) -> None:
         ("id1", "Angela", 1),
         ("id2", "Carol", 3),
     ]
+
+
+def test_moved_key_lookup_reads_only_files_whose_key_range_can_hold_it(
+    spark, workspace: Workspace
+) -> None:
+    """Files carry min/max key statistics; new keys and keys found in the partitions being
+    rewritten need no lookup, and a moved key is looked up in the files of its range only."""
+    from spark_jobs import delta
+    from spark_jobs.overwrite_final import files_that_may_hold, partitions_holding_keys
+
+    table = workspace.configure(YEARLY)["orders"]
+    paths = workspace.paths("orders")
+    # Three years, one file each; order ids 1xx in 2020, 2xx in 2021, 3xx in 2022.
+    first = [
+        order("I", year * 100 + n, 1, f"01/0{n}/{2019 + year}", "1.00", "2024-01-01 00:00:00")
+        for year in (1, 2, 3)
+        for n in (1, 2, 3)
+    ]
+    workspace.land("orders", "2024-01-01T00", "a.csv", first)
+    run(spark, workspace, table, "2024-01-01T00", "2024-01-01T01")
+    final = delta.load_snapshot(paths.final)
+    ranges = {
+        f.partition_values["CREATE_DATE_YEAR"]: (f.min_values["ORDER_ID"], f.max_values["ORDER_ID"])
+        for f in final.files
+    }
+    assert ranges == {2020: (101, 103), 2021: (201, 203), 2022: (301, 303)}
+    ctx = context(spark, workspace, table)
+
+    def keys(*ids: int):  # type: ignore[no-untyped-def]
+        return spark.createDataFrame([(i, 1) for i in ids], "ORDER_ID bigint, LINE_NO int")
+
+    def years(files) -> set[int]:  # type: ignore[no-untyped-def]
+        return {f.partition_values["CREATE_DATE_YEAR"] for f in files}
+
+    assert files_that_may_hold(ctx, final, final.files, keys(900, 901)) == []  # new keys
+    assert years(files_that_may_hold(ctx, final, final.files, keys(202, 900))) == {2021}
+    assert years(files_that_may_hold(ctx, final, final.files, keys(102))) == {2020}
+    # 202 moves to 2020 (rewritten anyway), 103 is found there: only 2021 is added.
+    assert partitions_holding_keys(ctx, final, keys(202, 103, 999), {2020}) == {2021}
+    # The same through a run: the move leaves 2021, the new order touches 2023 only.
+    workspace.land(
+        "orders",
+        "2024-01-01T01",
+        "a.csv",
+        [
+            order("U", 202, 1, "02/02/2020", "2.00", "2024-01-01 01:00:00"),
+            order("I", 999, 1, "01/01/2023", "9.00", "2024-01-01 01:00:00"),
+        ],
+    )
+    _, applied = run(spark, workspace, table, "2024-01-01T01", "2024-01-01T02")
+    assert applied.counts["partitions_rewritten"] == 3
+    assert table_rows(paths.final, ["ORDER_ID", "CREATE_DATE_YEAR"]) == sorted(
+        [
+            (101, 2020),
+            (102, 2020),
+            (103, 2020),
+            (202, 2020),
+            (201, 2021),
+            (203, 2021),
+            (301, 2022),
+            (302, 2022),
+            (303, 2022),
+            (999, 2023),
+        ],
+        key=repr,
+    )

@@ -1,0 +1,481 @@
+"""`cdc bench`: overwrite-final against a full rebuild and a delta-rs MERGE, on the same changes.
+
+For every case of the sweep (touched fraction of partitions at size x1, and table size with a
+fixed change set) the harness builds a final table with Spark, lands one change set (updates,
+partition moves, inserts and key-only deletes, all in the touched partitions), stages it once,
+and applies it three ways to three copies of the table:
+
+- `overwrite_final`: this project's step (rank the changes against the touched partitions,
+  replace them in one commit);
+- `full_rebuild`: seed 001's compaction: rank every row of the table with the changes and
+  rewrite the whole table;
+- `delta_rs_merge`: `DeltaTable.merge` upsert/delete of the latest change per key (newer
+  sequence only), in delta-rs's own engine.
+
+The three results must hold the same rows (checked with Spark, both ways). Per method it
+records the wall time, the driver's peak memory (JVM and Python, Linux VmHWM reset before each
+method), the Spark stages it ran and their times (Spark's REST API, by job group) and the
+files and bytes it wrote. Results go to `{output}/bench-<time>.json` (and `latest.json`) with
+a PNG plot of time vs touched fraction and time vs table size.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import shutil
+import tempfile
+import time
+import urllib.request
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from deltalake import DeltaTable
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+from cdc_pipeline.config import TableConfig
+from cdc_pipeline.intervals import Interval
+from cdc_pipeline.paths import TablePaths
+from spark_jobs import delta
+from spark_jobs.common import StepContext
+from spark_jobs.overwrite_final import final_schema, run_overwrite_final
+from spark_jobs.stage import run_stage
+from spark_jobs.transforms import ARRIVAL, BATCH, FILE, FLAG, ROW, latest_change_per_key
+
+TABLE = "bench"
+BASE_TIME = datetime(2024, 1, 1, tzinfo=UTC)
+CHANGE_HOUR = datetime(2024, 1, 2, tzinfo=UTC)
+METHODS = ("overwrite_final", "full_rebuild", "delta_rs_merge")
+
+
+@dataclass(frozen=True)
+class BenchSpec:
+    """What to measure; the defaults take about ten minutes on 2 cores."""
+
+    rows: int = 5_000_000
+    partitions: int = 100
+    key_width: int = 1
+    changes: int = 20_000
+    fractions: tuple[float, ...] = (0.01, 0.05, 0.25)
+    sizes: tuple[int, ...] = (1, 4)
+    size_sweep_fraction: float = 0.01
+    output: Path = Path("bench-results")
+
+    @classmethod
+    def smoke(cls, output: Path) -> BenchSpec:
+        """Tiny sizes: the harness end to end in well under a minute."""
+        return cls(
+            rows=4_000,
+            partitions=10,
+            key_width=2,
+            changes=200,
+            fractions=(0.1, 0.5),
+            sizes=(1, 2),
+            size_sweep_fraction=0.1,
+            output=output,
+        )
+
+
+def bench_table(spec: BenchSpec) -> TableConfig:
+    """The config row of the benchmark table."""
+    keys = [f"K{i}" for i in range(1, spec.key_width + 1)]
+    columns = {k: "bigint" for k in keys}
+    columns.update(REGION="int", V1="bigint", V2="string", V3="double", TS="timestamp")
+    return TableConfig(
+        name=TABLE,
+        file_format="parquet",
+        columns=columns,
+        keys=keys,
+        sequence_by=["TS"],
+        partition_expression="REGION",
+        partition_column="REGION_P",
+    )
+
+
+def _key_columns(ids: Any, width: int) -> list[Any]:
+    """K1 is the id; further key columns are derived from it (a composite, still unique key)."""
+    return [ids.alias("K1"), *[(ids * i % 9973).alias(f"K{i}") for i in range(2, width + 1)]]
+
+
+def base_rows(spark: SparkSession, spec: BenchSpec, rows: int) -> DataFrame:
+    """The table's rows as final stores them: id i lives in partition i % partitions."""
+    ids = F.col("id")
+    region = (ids % spec.partitions).cast("int")
+    return spark.range(rows).select(
+        *_key_columns(ids, spec.key_width),
+        region.alias("REGION"),
+        (ids * 7).alias("V1"),
+        F.concat(F.lit("value-"), ids.cast("string")).alias("V2"),
+        (ids / 3.0).alias("V3"),
+        F.lit(BASE_TIME).cast("timestamp").alias("TS"),
+        region.alias("REGION_P"),
+        F.lit("2024-01-01T00").alias(BATCH),
+        F.lit("base.parquet").alias(FILE),
+        ids.alias(ROW),
+    )
+
+
+def change_rows(spark: SparkSession, spec: BenchSpec, rows: int, touched: int) -> DataFrame:
+    """One change set, all in partitions 0..touched-1: 85% updates, 5% partition moves (to
+    another touched partition), 5% inserts, 5% key-only deletes, each key once."""
+    in_touched = max(1, rows // spec.partitions) * touched
+    count = min(spec.changes, in_touched)
+    n = F.col("id")
+    # Change n touches the n-th existing key of the touched partitions.
+    key = (n % touched) + (n / touched).cast("long") * spec.partitions
+    kind = n % 20
+    is_insert = kind == 18
+    is_delete = kind == 19
+    is_move = kind == 17
+    ids = F.when(is_insert, F.lit(rows) + n * spec.partitions + n % touched).otherwise(key)
+    region = (ids % spec.partitions).cast("int")
+    moved = ((region + 1) % touched).cast("int")
+    return spark.range(count).select(
+        *_key_columns(ids, spec.key_width),
+        F.when(is_delete, F.lit(None)).when(is_move, moved).otherwise(region).alias("REGION"),
+        F.when(is_delete, F.lit(None)).otherwise(ids * 7 + 1).alias("V1"),
+        F.when(is_delete, F.lit(None))
+        .otherwise(F.concat(F.lit("changed-"), ids.cast("string")))
+        .alias("V2"),
+        F.when(is_delete, F.lit(None)).otherwise(ids / 7.0).alias("V3"),
+        F.lit(CHANGE_HOUR).cast("timestamp").alias("TS"),
+        F.when(is_insert, F.lit("I"))
+        .when(is_delete, F.lit("D"))
+        .otherwise(F.lit("U"))
+        .alias("FLAG"),
+    )
+
+
+def _jvm_pid(spark: SparkSession) -> int:
+    return int(spark.sparkContext._jvm.java.lang.ProcessHandle.current().pid())  # type: ignore[union-attr]
+
+
+def _reset_peak(pid: int) -> None:
+    """Reset the process's peak RSS (VmHWM) so the next method's peak is its own (Linux)."""
+    try:
+        Path(f"/proc/{pid}/clear_refs").write_text("5")
+    except OSError:
+        pass
+
+
+def _peak_mb(pid: int) -> float | None:
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return round(int(line.split()[1]) / 1024, 1)
+    except OSError:
+        return None
+    return None
+
+
+def _spark_stages(spark: SparkSession, group: str) -> dict[str, Any]:
+    """Stages of the jobs of `group` from Spark's REST API: count, wall and executor times."""
+    url = spark.sparkContext.uiWebUrl
+    if not url:
+        return {}
+    app = spark.sparkContext.applicationId
+
+    def get(path: str) -> Any:
+        with urllib.request.urlopen(f"{url}/api/v1/applications/{app}/{path}", timeout=10) as r:
+            return json.loads(r.read())
+
+    jobs = [j for j in get("jobs") if j.get("jobGroup") == group]
+    stage_ids = {s for j in jobs for s in j.get("stageIds", [])}
+    stages = [s for s in get("stages?status=complete") if s["stageId"] in stage_ids]
+
+    def millis(stage: dict[str, Any]) -> int:
+        def parse(text: str) -> datetime:
+            return datetime.strptime(text.replace("GMT", "+0000"), "%Y-%m-%dT%H:%M:%S.%f%z")
+
+        if not stage.get("submissionTime") or not stage.get("completionTime"):
+            return 0
+        delta_t = parse(stage["completionTime"]) - parse(stage["submissionTime"])
+        return int(delta_t.total_seconds() * 1000)
+
+    slowest = sorted(stages, key=millis, reverse=True)[:3]
+    return {
+        "jobs": len(jobs),
+        "stages": len(stages),
+        "stage_wall_ms": sum(millis(s) for s in stages),
+        "executor_run_ms": sum(int(s.get("executorRunTime", 0)) for s in stages),
+        "slowest": [
+            {"name": s.get("name", "")[:80], "ms": millis(s), "tasks": s.get("numTasks")}
+            for s in slowest
+        ],
+    }
+
+
+def _files(path: Path) -> dict[str, int]:
+    snapshot = delta.load_snapshot(path)
+    return {f.path: f.size for f in snapshot.files}
+
+
+@dataclass
+class Measure:
+    """One method on one case."""
+
+    method: str
+    seconds: float
+    jvm_peak_mb: float | None
+    python_peak_mb: float | None
+    files_written: int
+    bytes_written: int
+    spark: dict[str, Any] = field(default_factory=dict)
+    counts: dict[str, Any] = field(default_factory=dict)
+
+
+def _measure(
+    spark: SparkSession, method: str, final: Path, action: Callable[[], dict[str, Any]]
+) -> Measure:
+    jvm = _jvm_pid(spark)
+    before = _files(final)
+    _reset_peak(jvm)
+    _reset_peak(os.getpid())
+    spark.sparkContext.setJobGroup(method, method)
+    started = time.perf_counter()
+    counts = action()
+    seconds = time.perf_counter() - started
+    spark.sparkContext.setJobGroup("bench", "bench")
+    after = _files(final)
+    new = {p: s for p, s in after.items() if p not in before}
+    return Measure(
+        method=method,
+        seconds=round(seconds, 2),
+        jvm_peak_mb=_peak_mb(jvm),
+        python_peak_mb=_peak_mb(os.getpid()),
+        files_written=len(new),
+        bytes_written=sum(new.values()),
+        spark=_spark_stages(spark, method),
+        counts=counts,
+    )
+
+
+def full_rebuild(spark: SparkSession, table: TableConfig, final: Path, changes: DataFrame) -> dict[str, Any]:
+    """Seed 001's compaction: rank all rows with the changes, rewrite the whole table."""
+    snapshot = delta.load_snapshot(final)
+    current = delta.read_snapshot(spark, snapshot).withColumn(FLAG, F.lit("U"))
+    ranked = latest_change_per_key(
+        current.unionByName(changes.select(*current.columns)), table.keys, table.sequence_by
+    )
+    rows = ranked.filter(F.col(FLAG) != "D").drop(FLAG)
+    run_id = delta.new_run_id()
+    written = delta.write_files(rows, final, snapshot.partition_columns, run_id)
+    result = delta.commit(snapshot, written, "overwrite", "full_rebuild", run_id)
+    return {"rows_written": written.rows, "final_version": result.version}
+
+
+def delta_rs_merge(table: TableConfig, final: Path, changes: DataFrame) -> dict[str, Any]:
+    """delta-rs MERGE of the latest change per key: newer sequence updates or deletes; new
+    keys are inserted unless deleted."""
+    latest = latest_change_per_key(changes, table.keys, table.sequence_by)
+    source = latest.toArrow()  # the change set, collected for delta-rs (small by design)
+    target = DeltaTable(str(final))
+    columns = [f.name for f in target.schema().fields]
+    on = " AND ".join(f"t.{k} = s.{k}" for k in table.keys)
+    newer = "s.TS > t.TS"
+    metrics = (
+        target.merge(source, predicate=on, source_alias="s", target_alias="t")
+        .when_matched_delete(predicate=f"s.{FLAG} = 'D' AND {newer}")
+        .when_matched_update(
+            updates={c: f"s.{c}" for c in columns}, predicate=f"s.{FLAG} <> 'D' AND {newer}"
+        )
+        .when_not_matched_insert(
+            updates={c: f"s.{c}" for c in columns}, predicate=f"s.{FLAG} <> 'D'"
+        )
+        .execute()
+    )
+    keep = ("num_target_rows_inserted", "num_target_rows_updated", "num_target_rows_deleted")
+    return {k: metrics.get(k) for k in keep}
+
+
+def _same_rows(spark: SparkSession, paths: Sequence[Path], columns: list[str]) -> bool:
+    frames = [delta.read_snapshot(spark, delta.load_snapshot(p), columns=columns) for p in paths]
+    first = frames[0]
+    return all(
+        first.exceptAll(other).limit(1).count() == 0 and other.exceptAll(first).limit(1).count() == 0
+        for other in frames[1:]
+    )
+
+
+def run_case(
+    spark: SparkSession, spec: BenchSpec, work: Path, base: Path, rows: int, fraction: float, label: str
+) -> dict[str, Any]:
+    """Stage one change set, then apply it the three ways to copies of the base table."""
+    table = bench_table(spec)
+    touched = max(1, math.ceil(fraction * spec.partitions))
+    case_dir = work / label
+    landing = case_dir / "landing"
+    folder = landing / TABLE / CHANGE_HOUR.strftime("dt=%Y-%m-%d/hr=%H")
+    change_rows(spark, spec, rows, touched).coalesce(1).write.mode("overwrite").parquet(
+        str(folder / "_tmp")
+    )
+    for part in (folder / "_tmp").glob("*.parquet"):
+        part.rename(folder / "changes.parquet")
+    shutil.rmtree(folder / "_tmp")
+    finals = {}
+    for method in METHODS:
+        target = case_dir / method / TABLE / "final"
+        shutil.copytree(base, target)
+        finals[method] = target
+    own = TablePaths(TABLE, landing, case_dir / "overwrite_final")
+    context = StepContext(spark, table, own)
+    window = Interval(CHANGE_HOUR, CHANGE_HOUR.replace(hour=1))
+    started = time.perf_counter()
+    staged = run_stage(context, window)
+    stage_seconds = round(time.perf_counter() - started, 2)
+    changes = delta.read_snapshot(spark, delta.load_snapshot(own.staging)).persist()
+    changes.count()
+    measures = [
+        _measure(spark, "overwrite_final", finals["overwrite_final"], lambda: dict(run_overwrite_final(context, window).counts)),
+        _measure(spark, "full_rebuild", finals["full_rebuild"], lambda: full_rebuild(spark, table, finals["full_rebuild"], changes)),
+        _measure(spark, "delta_rs_merge", finals["delta_rs_merge"], lambda: delta_rs_merge(table, finals["delta_rs_merge"], changes)),
+    ]
+    columns = [c for c in final_schema(changes.schema).fieldNames() if c not in ARRIVAL]
+    identical = _same_rows(spark, list(finals.values()), columns)
+    changes.unpersist()
+    if not identical:
+        raise RuntimeError(f"bench case {label}: the three methods disagree on the final rows")
+    shutil.rmtree(case_dir, ignore_errors=True)
+    return {
+        "label": label,
+        "rows": rows,
+        "partitions": spec.partitions,
+        "touched_partitions": touched,
+        "touched_fraction": fraction,
+        "changes": staged.counts.get("staged"),
+        "stage_seconds": stage_seconds,
+        "identical": identical,
+        "methods": {m.method: asdict(m) for m in measures},
+    }
+
+
+def build_base(spark: SparkSession, spec: BenchSpec, work: Path, rows: int) -> tuple[Path, float]:
+    """The base final table of `rows` rows, written and committed like final (seconds taken)."""
+    table = bench_table(spec)
+    path = work / f"base-{rows}" / "final"
+    started = time.perf_counter()
+    frame = base_rows(spark, spec, rows)
+    delta.ensure_table(path, frame.schema, [table.partition_column or ""])
+    snapshot = delta.load_snapshot(path)
+    run_id = delta.new_run_id()
+    written = delta.write_files(frame, path, snapshot.partition_columns, run_id)
+    delta.commit(snapshot, written, "append", "bench_base", run_id)
+    return path, round(time.perf_counter() - started, 2)
+
+
+def ratios(cases: list[dict[str, Any]]) -> dict[str, Any]:
+    """The targets of the performance issue, as ratios (reported, not asserted)."""
+
+    def seconds(case: dict[str, Any], method: str) -> float:
+        return float(case["methods"][method]["seconds"])
+
+    out: dict[str, Any] = {}
+    for case in cases:
+        if case["label"].startswith("fraction"):
+            pct = round(case["touched_fraction"] * 100, 2)
+            out[f"rebuild_over_overwrite_at_{pct}pct"] = round(
+                seconds(case, "full_rebuild") / seconds(case, "overwrite_final"), 2
+            )
+            out[f"merge_over_overwrite_at_{pct}pct"] = round(
+                seconds(case, "delta_rs_merge") / seconds(case, "overwrite_final"), 2
+            )
+    sized = sorted((c for c in cases if c["label"].startswith("size")), key=lambda c: c["rows"])
+    if len(sized) >= 2:
+        small, large = sized[0], sized[-1]
+        factor = large["rows"] // small["rows"]
+        out[f"overwrite_x{factor}_over_x1"] = round(
+            seconds(large, "overwrite_final") / seconds(small, "overwrite_final"), 2
+        )
+    return out
+
+
+def plot(result: dict[str, Any], target: Path) -> None:
+    """time vs touched fraction and time vs table size, one line per method."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    figure, (left, right) = plt.subplots(1, 2, figsize=(11, 4.2))
+    fraction_cases = sorted(
+        (c for c in result["cases"] if c["label"].startswith("fraction")),
+        key=lambda c: c["touched_fraction"],
+    )
+    size_cases = sorted(
+        (c for c in result["cases"] if c["label"].startswith("size")), key=lambda c: c["rows"]
+    )
+    for method in METHODS:
+        left.plot(
+            [c["touched_fraction"] * 100 for c in fraction_cases],
+            [c["methods"][method]["seconds"] for c in fraction_cases],
+            marker="o",
+            label=method,
+        )
+        right.plot(
+            [c["rows"] / 1e6 for c in size_cases],
+            [c["methods"][method]["seconds"] for c in size_cases],
+            marker="o",
+            label=method,
+        )
+    spec = result["spec"]
+    left.set(
+        xlabel="touched partitions (%)",
+        ylabel="seconds",
+        title=f"{spec['rows']:,} rows, {spec['changes']:,} changes",
+    )
+    right.set(xlabel="table rows (millions)", ylabel="seconds", title="same change set")
+    for axis in (left, right):
+        axis.grid(alpha=0.3)
+        axis.set_ylim(bottom=0)
+        axis.legend()
+    figure.tight_layout()
+    figure.savefig(target, dpi=110)
+    plt.close(figure)
+
+
+def run_bench(spark: SparkSession, spec: BenchSpec, log: Callable[[str], None] = print) -> dict[str, Any]:
+    """The whole sweep; returns the result written to the output folder."""
+    spec.output.mkdir(parents=True, exist_ok=True)
+    cases: list[dict[str, Any]] = []
+    with tempfile.TemporaryDirectory(prefix="cdc-bench-", dir=spec.output) as tmp:
+        work = Path(tmp)
+        bases: dict[int, tuple[Path, float]] = {}
+        for size in sorted(set(spec.sizes) | {1}):
+            bases[size] = build_base(spark, spec, work, spec.rows * size)
+            log(f"bench: base table of {spec.rows * size:,} rows built in {bases[size][1]} s")
+        plan = [(f"fraction-{f}", 1, f) for f in spec.fractions]
+        plan += [(f"size-x{s}", s, spec.size_sweep_fraction) for s in spec.sizes]
+        done: dict[tuple[int, float], dict[str, Any]] = {}
+        for label, size, fraction in plan:
+            if (size, fraction) in done:
+                # x1 of the size sweep is the fraction case of the same fraction: not rerun.
+                cases.append({**done[(size, fraction)], "label": label})
+                continue
+            case = run_case(spark, spec, work, bases[size][0], spec.rows * size, fraction, label)
+            case["base_build_seconds"] = bases[size][1]
+            done[(size, fraction)] = case
+            cases.append(case)
+            times = ", ".join(f"{m} {v['seconds']} s" for m, v in case["methods"].items())
+            log(
+                f"bench: {label}: {case['changes']} changes in {case['touched_partitions']} "
+                f"partitions: {times}"
+            )
+    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
+    result = {
+        "created": stamp,
+        "spec": {**asdict(spec), "output": str(spec.output)},
+        "machine": {"cpus": os.cpu_count(), "spark_master": spark.sparkContext.master},
+        "cases": cases,
+        "ratios": ratios(cases),
+    }
+    text = json.dumps(result, indent=2, default=str)
+    (spec.output / f"bench-{stamp}.json").write_text(text)
+    (spec.output / "latest.json").write_text(text)
+    plot(result, spec.output / f"bench-{stamp}.png")
+    shutil.copy(spec.output / f"bench-{stamp}.png", spec.output / "latest.png")
+    return result
