@@ -21,6 +21,7 @@ a PNG plot of time vs touched fraction and time vs table size.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
@@ -157,10 +158,8 @@ def _jvm_pid(spark: SparkSession) -> int:
 
 def _reset_peak(pid: int) -> None:
     """Reset the process's peak RSS (VmHWM) so the next method's peak is its own (Linux)."""
-    try:
+    with contextlib.suppress(OSError):
         Path(f"/proc/{pid}/clear_refs").write_text("5")
-    except OSError:
-        pass
 
 
 def _peak_mb(pid: int) -> float | None:
@@ -255,7 +254,9 @@ def _measure(
     )
 
 
-def full_rebuild(spark: SparkSession, table: TableConfig, final: Path, changes: DataFrame) -> dict[str, Any]:
+def full_rebuild(
+    spark: SparkSession, table: TableConfig, final: Path, changes: DataFrame
+) -> dict[str, Any]:
     """Seed 001's compaction: rank all rows with the changes, rewrite the whole table."""
     snapshot = delta.load_snapshot(final)
     current = delta.read_snapshot(spark, snapshot).withColumn(FLAG, F.lit("U"))
@@ -297,13 +298,20 @@ def _same_rows(spark: SparkSession, paths: Sequence[Path], columns: list[str]) -
     frames = [delta.read_snapshot(spark, delta.load_snapshot(p), columns=columns) for p in paths]
     first = frames[0]
     return all(
-        first.exceptAll(other).limit(1).count() == 0 and other.exceptAll(first).limit(1).count() == 0
+        first.exceptAll(other).limit(1).count() == 0
+        and other.exceptAll(first).limit(1).count() == 0
         for other in frames[1:]
     )
 
 
 def run_case(
-    spark: SparkSession, spec: BenchSpec, work: Path, base: Path, rows: int, fraction: float, label: str
+    spark: SparkSession,
+    spec: BenchSpec,
+    work: Path,
+    base: Path,
+    rows: int,
+    fraction: float,
+    label: str,
 ) -> dict[str, Any]:
     """Stage one change set, then apply it the three ways to copies of the base table."""
     table = bench_table(spec)
@@ -331,9 +339,24 @@ def run_case(
     changes = delta.read_snapshot(spark, delta.load_snapshot(own.staging)).persist()
     changes.count()
     measures = [
-        _measure(spark, "overwrite_final", finals["overwrite_final"], lambda: dict(run_overwrite_final(context, window).counts)),
-        _measure(spark, "full_rebuild", finals["full_rebuild"], lambda: full_rebuild(spark, table, finals["full_rebuild"], changes)),
-        _measure(spark, "delta_rs_merge", finals["delta_rs_merge"], lambda: delta_rs_merge(table, finals["delta_rs_merge"], changes)),
+        _measure(
+            spark,
+            "overwrite_final",
+            finals["overwrite_final"],
+            lambda: dict(run_overwrite_final(context, window).counts),
+        ),
+        _measure(
+            spark,
+            "full_rebuild",
+            finals["full_rebuild"],
+            lambda: full_rebuild(spark, table, finals["full_rebuild"], changes),
+        ),
+        _measure(
+            spark,
+            "delta_rs_merge",
+            finals["delta_rs_merge"],
+            lambda: delta_rs_merge(table, finals["delta_rs_merge"], changes),
+        ),
     ]
     columns = [c for c in final_schema(changes.schema).fieldNames() if c not in ARRIVAL]
     identical = _same_rows(spark, list(finals.values()), columns)
@@ -438,7 +461,9 @@ def plot(result: dict[str, Any], target: Path) -> None:
     plt.close(figure)
 
 
-def run_bench(spark: SparkSession, spec: BenchSpec, log: Callable[[str], None] = print) -> dict[str, Any]:
+def run_bench(
+    spark: SparkSession, spec: BenchSpec, log: Callable[[str], None] = print
+) -> dict[str, Any]:
     """The whole sweep; returns the result written to the output folder."""
     spec.output.mkdir(parents=True, exist_ok=True)
     cases: list[dict[str, Any]] = []
