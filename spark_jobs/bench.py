@@ -30,7 +30,7 @@ import tempfile
 import time
 import urllib.request
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -66,6 +66,7 @@ class BenchSpec:
     sizes: tuple[int, ...] = (1, 4)
     size_sweep_fraction: float = 0.01
     output: Path = Path("bench-results")
+    warm_up: bool = True  # a small throwaway case first (JIT, caches)
 
     @classmethod
     def smoke(cls, output: Path) -> BenchSpec:
@@ -79,6 +80,7 @@ class BenchSpec:
             sizes=(1, 2),
             size_sweep_fraction=0.1,
             output=output,
+            warm_up=False,
         )
 
 
@@ -123,8 +125,9 @@ def base_rows(spark: SparkSession, spec: BenchSpec, rows: int) -> DataFrame:
 
 def change_rows(spark: SparkSession, spec: BenchSpec, rows: int, touched: int) -> DataFrame:
     """One change set, all in partitions 0..touched-1: 85% updates, 5% partition moves (to
-    another touched partition), 5% inserts, 5% key-only deletes, each key once."""
-    in_touched = max(1, rows // spec.partitions) * touched
+    another touched partition), 5% inserts, 5% key-only deletes, each key once. Its size is
+    capped by the keys the x1 table has in those partitions, so every size gets the same set."""
+    in_touched = max(1, spec.rows // spec.partitions) * touched
     count = min(spec.changes, in_touched)
     n = F.col("id")
     # Change n touches the n-th existing key of the touched partitions.
@@ -229,13 +232,18 @@ class Measure:
 
 
 def _measure(
-    spark: SparkSession, method: str, final: Path, action: Callable[[], dict[str, Any]]
+    spark: SparkSession,
+    label: str,
+    method: str,
+    final: Path,
+    action: Callable[[], dict[str, Any]],
 ) -> Measure:
+    group = f"{label}/{method}"  # the Spark job group its stages are found by
     jvm = _jvm_pid(spark)
     before = _files(final)
     _reset_peak(jvm)
     _reset_peak(os.getpid())
-    spark.sparkContext.setJobGroup(method, method)
+    spark.sparkContext.setJobGroup(group, group)
     started = time.perf_counter()
     counts = action()
     seconds = time.perf_counter() - started
@@ -249,7 +257,7 @@ def _measure(
         python_peak_mb=_peak_mb(os.getpid()),
         files_written=len(new),
         bytes_written=sum(new.values()),
-        spark=_spark_stages(spark, method),
+        spark=_spark_stages(spark, group),
         counts=counts,
     )
 
@@ -341,18 +349,21 @@ def run_case(
     measures = [
         _measure(
             spark,
+            label,
             "overwrite_final",
             finals["overwrite_final"],
             lambda: dict(run_overwrite_final(context, window).counts),
         ),
         _measure(
             spark,
+            label,
             "full_rebuild",
             finals["full_rebuild"],
             lambda: full_rebuild(spark, table, finals["full_rebuild"], changes),
         ),
         _measure(
             spark,
+            label,
             "delta_rs_merge",
             finals["delta_rs_merge"],
             lambda: delta_rs_merge(table, finals["delta_rs_merge"], changes),
@@ -469,6 +480,11 @@ def run_bench(
     cases: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory(prefix="cdc-bench-", dir=spec.output) as tmp:
         work = Path(tmp)
+        # A small throwaway case first: JIT and Spark caches warm up for all three methods alike.
+        if spec.warm_up:
+            warm = replace(spec, rows=spec.partitions * 50, changes=spec.partitions * 5)
+            warm_base, _ = build_base(spark, warm, work, warm.rows)
+            run_case(spark, warm, work, warm_base, warm.rows, spec.fractions[0], "warm-up")
         bases: dict[int, tuple[Path, float]] = {}
         for size in sorted(set(spec.sizes) | {1}):
             bases[size] = build_base(spark, spec, work, spec.rows * size)
