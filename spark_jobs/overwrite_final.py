@@ -55,7 +55,11 @@ class Plan:
 
 
 def partitions_holding_keys(
-    context: StepContext, final: delta.Snapshot, keys_df: DataFrame, known: set[Any]
+    context: StepContext,
+    final: delta.Snapshot,
+    keys_df: DataFrame,
+    known: set[Any],
+    trust_unique: bool = True,
 ) -> set[Any]:
     """Partition values of the final files holding any of the keys, outside `known`.
 
@@ -64,13 +68,17 @@ def partitions_holding_keys(
     moved, key-only deletes) are looked up, and only in the files whose key statistics (min and
     max of each key column, written with every file) can hold one of them. New keys above
     every file's range, the common case, read no file at all.
+
+    Two runs that both create partitions from one snapshot can leave a key in two partitions
+    until the later one recomputes; a recompute (`trust_unique=False`) therefore looks up every
+    key, so it finds and heals both copies.
     """
     table = context.table
     if not final.files or table.partition_column is None:
         return set()
     spark, keys = context.spark, list(table.keys)
     column = table.partition_column
-    if known:
+    if known and trust_unique:
         found = delta.read_snapshot(spark, final, partitions=known, columns=keys)
         keys_df = keys_df.join(found, on=keys, how="left_anti")
     others = [f for f in final.files if f.partition_values.get(column) not in known]
@@ -135,8 +143,10 @@ def plan_rewrite(
     keys_df: DataFrame,
     final: delta.Snapshot,
     tombstones: delta.Snapshot,
+    attempt: int = 1,
 ) -> Plan:
-    """Rank the changes against the current rows and tombstones of their keys."""
+    """Rank the changes against the current rows and tombstones of their keys (`attempt` > 1:
+    a recompute after another run committed, which looks up every key)."""
     spark, table = context.spark, context.table
     keys = list(table.keys)
     change_columns = changes.columns
@@ -145,7 +155,7 @@ def plan_rewrite(
         upserts = changes.filter(F.col(FLAG) != "D").select(column).distinct()
         new_partitions = {row[0] for row in upserts.collect()}  # metadata: partition values
         touched: set[Any] | None = new_partitions | partitions_holding_keys(
-            context, final, keys_df, new_partitions
+            context, final, keys_df, new_partitions, trust_unique=attempt == 1
         )
         final_rows = delta.read_snapshot(spark, final, partitions=touched)
     else:
@@ -212,7 +222,7 @@ def apply_changes(context: StepContext, changes: DataFrame, report: StepReport) 
         for attempt in range(1, MAX_ATTEMPTS + 1):
             final = delta.load_snapshot(paths.final)
             tombstones = delta.load_snapshot(paths.tombstones)  # after final: see the run order
-            plan = plan_rewrite(context, changes, keys_df, final, tombstones)
+            plan = plan_rewrite(context, changes, keys_df, final, tombstones, attempt)
             # Before final, so a delete is never applied without being remembered.
             tombstones_added += delta.append_with_retries(
                 plan.new_tombstones,
