@@ -229,7 +229,8 @@ def update_history(
     )
     buckets: set[Any] | None = None  # a new log: every bucket is cut
     if log_before.exists:
-        buckets = {r[0] for r in events.select(BUCKET).distinct().collect()}  # metadata
+        # metadata: the touched bucket ids, at most history_buckets small ints
+        buckets = {r[0] for r in events.select(BUCKET).distinct().collect()}
     logged, _ = append_to_log(context, events, buckets)
     versions, history_version = recut(context, buckets)
     report.counts.update(

@@ -90,7 +90,7 @@ def partitions_holding_keys(
         located.join(F.broadcast(keys_df), on=keys, how="left_semi")
         .select(delta.FILE_NAME_COLUMN)
         .distinct()
-        .collect()  # metadata: names of the files holding touched keys
+        .collect()  # metadata: file names (at most one per candidate file), not rows
     )
     by_name = {f.name: f.partition_values[column] for f in candidates}
     return {by_name[row[0]] for row in names}
@@ -123,7 +123,7 @@ def files_that_may_hold(
         for row in keys_df.join(F.broadcast(ranges), condition)
         .select("__file")
         .distinct()
-        .collect()  # metadata: names of candidate files
+        .collect()  # metadata: file names (at most one per file of the snapshot), not rows
     }
     return unranged + [f for f in ranged if f.name in hits]
 
@@ -153,7 +153,8 @@ def plan_rewrite(
     if table.partition_column is not None:
         column = table.partition_column
         upserts = changes.filter(F.col(FLAG) != "D").select(column).distinct()
-        new_partitions = {row[0] for row in upserts.collect()}  # metadata: partition values
+        # metadata: distinct partition values, needed on the driver for the commit's filter
+        new_partitions = {row[0] for row in upserts.collect()}
         touched: set[Any] | None = new_partitions | partitions_holding_keys(
             context, final, keys_df, new_partitions, trust_unique=attempt == 1
         )
@@ -285,7 +286,8 @@ def append_inserts(context: StepContext, changes: DataFrame, report: StepReport)
         changes, table.keys, table.sequence_by
     ).drop(FLAG)
     partitions = (
-        {row[0] for row in changes.select(table.partition_column).distinct().collect()}  # metadata
+        # metadata: distinct partition values, to prune the read of final's files
+        {row[0] for row in changes.select(table.partition_column).distinct().collect()}
         if table.partition_column
         else None
     )

@@ -64,7 +64,11 @@ def _label(batch: str) -> str:
 
 
 def check_order(
-    context: StepContext, interval: Interval, pending_batches: Sequence[str], ledger: set[str]
+    context: StepContext,
+    interval: Interval,
+    pending_batches: Sequence[str],
+    ledger: set[str],
+    staging: delta.Snapshot,
 ) -> str:
     """The one extract batch the interval stages; refuses extracts that would apply out of order."""
     table = context.table
@@ -85,7 +89,7 @@ def check_order(
             "extract would undo the newer one's changes)"
         )
     earlier = sorted(b for b in ledger if b < batch)
-    if earlier and not _applied(context, earlier[-1]):
+    if earlier and not _applied(context, staging, earlier[-1]):
         raise InputError(
             f"{where}: the previous extract in {_label(earlier[-1])} is staged but not applied "
             "yet; run overwrite-final for its interval first"
@@ -93,10 +97,9 @@ def check_order(
     return batch
 
 
-def _applied(context: StepContext, batch: str) -> bool:
+def _applied(context: StepContext, staging: delta.Snapshot, batch: str) -> bool:
     """True when the staged changes of extract `batch` are in final (or it staged none)."""
     spark, paths = context.spark, context.paths
-    staging = delta.load_snapshot(paths.staging)
     if not staging.files_in([batch]):
         return True  # no change staged (every row unchanged), or compacted away once applied
     for path in (paths.final, paths.tombstones):

@@ -225,15 +225,15 @@ def run_stage(context: StepContext, interval: Interval) -> StepReport:
         (r["batch"], r["file"]) for r in delta.arrow_table_rows(paths.ledger, ["batch", "file"])
     }
     pending = [f for f in landing if f.ident not in ledger]
+    staging = delta.load_snapshot(paths.staging)
     snapshot_batch = None
     if pending and table.change_format == "snapshot":
         batch_ledger = {batch for batch, _ in ledger}
         snapshot_batch = snapshots.check_order(
-            context, interval, [f.batch for f in pending], batch_ledger
+            context, interval, [f.batch for f in pending], batch_ledger, staging
         )
     counts = report.counts
     counts.update(files=len(landing), new_files=len(pending), rows_read=0, staged=0, quarantined=0)
-    staging = delta.load_snapshot(paths.staging)
     quarantine = delta.load_snapshot(paths.quarantine)
     if not pending:
         counts.update(staging_version=staging.version, quarantine_version=quarantine.version)
