@@ -422,24 +422,38 @@ def commit(
 
 
 def find_commit(path: Path, read_version: int, run_id: str) -> CommitResult:
-    """Locate our commit after `read_version` and list data commits made between the two."""
-    table = DeltaTable(str(path))
-    latest = table.version()
-    history = table.history(limit=max(1, latest - read_version))
-    ours: int | None = None
+    """Locate our commit after `read_version` and list data commits made between the two.
+
+    Reads the commit files of the log (the Delta protocol's `_delta_log/<version>.json`)
+    instead of `DeltaTable.history`: delta-rs 1.6 labels history entries from the version
+    the table object loaded, so a commit landing between that load and the call shifts every
+    label (seen here under three concurrent runs: our commit "not found", or another run's
+    commit taken for one made before our read).
+    """
     between: list[int] = []
-    for entry in sorted(history, key=lambda e: int(e.get("version", -1))):
-        version = int(entry.get("version", -1))
-        if version <= read_version:
-            continue
-        if entry.get(RUN_ID_KEY) == run_id:
-            ours = version
-            break
-        if entry.get("operation") not in _NON_DATA_OPERATIONS:
+    version = read_version + 1
+    while True:
+        info = _commit_info(path, version)
+        if info is None:
+            raise RuntimeError(f"commit of run {run_id} not found in the log of {path}")
+        if info.get(RUN_ID_KEY) == run_id:
+            return CommitResult(version, between)
+        if info.get("operation") not in _NON_DATA_OPERATIONS:
             between.append(version)
-    if ours is None:
-        raise RuntimeError(f"commit of run {run_id} not found in the log of {path}")
-    return CommitResult(ours, between)
+        version += 1
+
+
+def _commit_info(path: Path, version: int) -> dict[str, Any] | None:
+    """The commitInfo of one version of the table's log; None when there is no such version."""
+    try:
+        text = (path / "_delta_log" / f"{version:020d}.json").read_text()
+    except FileNotFoundError:
+        return None
+    for line in text.splitlines():
+        if line.startswith('{"commitInfo"'):
+            info = json.loads(line)["commitInfo"]
+            return info if isinstance(info, dict) else {}
+    return {}
 
 
 def try_commit(
