@@ -28,6 +28,7 @@ from deltalake.exceptions import CommitFailedError, TableNotFoundError
 from deltalake.transaction import AddAction, RemoveAction
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
+from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import StringType, StructField, StructType
 
 from cdc_pipeline.errors import ConcurrentWriteError
@@ -203,7 +204,7 @@ def read_snapshot(
     if with_file_name:
         out_fields.append(StructField(FILE_NAME_COLUMN, StringType(), True))
     if not files:
-        return spark.createDataFrame([], StructType(out_fields))
+        return local_frame(spark, [], StructType(out_fields))
     if snapshot.partition_columns and len({f.name for f in files}) != len(files):
         # Partition values are joined on the file name, which must therefore be unique.
         raise RuntimeError(
@@ -220,12 +221,27 @@ def read_snapshot(
         for column in needs_partition:
             map_schema.add(schema[column])
         rows = [(f.name, *[f.partition_values[c] for c in needs_partition]) for f in files]
-        mapping = spark.createDataFrame(rows, map_schema)
+        mapping = local_frame(spark, rows, map_schema)
         df = df.join(F.broadcast(mapping), on=FILE_NAME_COLUMN, how="inner")
     select = [F.col(c) for c in wanted]
     if with_file_name:
         select.append(F.col(FILE_NAME_COLUMN))
     return df.select(*select)
+
+
+def local_frame(
+    spark: SparkSession, rows: Sequence[Sequence[Any]], schema: StructType
+) -> DataFrame:
+    """A small driver-side table (metadata such as file names and partition values) as a
+    Spark local relation: joins broadcast it straight from the driver, with no Spark job."""
+    nullable = StructType([StructField(f.name, f.dataType, True) for f in schema.fields])
+    arrow_schema = to_arrow_schema(nullable, timezone="UTC")
+    table = pa.Table.from_pylist(
+        [dict(zip(schema.names, row, strict=True)) for row in rows], arrow_schema
+    )
+    return spark.createDataFrame(table).select(
+        *[F.col(f.name).cast(f.dataType) for f in schema.fields]
+    )
 
 
 def partition_value_string(value: Any) -> str | None:
@@ -277,14 +293,70 @@ def write_files(
     partition folders under names carrying the run id, so a file name is unique in the table.
     """
     tmp = table_path / TMP_DIR / run_id
+    _spark_write(df, tmp, partition_by, sort_within)
+    written = _adopt_files(tmp, table_path, len(partition_by), run_id)
+    shutil.rmtree(tmp, ignore_errors=True)
+    return written
+
+
+ROUTE_COLUMN = "_cdc_route"
+
+
+def write_routed(
+    df: DataFrame,
+    routes: dict[str, tuple[Path, Sequence[str], Sequence[str]]],
+    run_id: str,
+    sort_within: Sequence[str] = (),
+) -> dict[str, WrittenFiles]:
+    """Write rows for several tables in one Spark job; each row's `_cdc_route` names its table.
+
+    `routes` maps a route value to (table path, partition columns, data columns). The rows of
+    every route carry the union of all routes' columns: a file holds only its route's data
+    columns as read by that table's schema (other columns are null; readers select by schema)
+    and its statistics cover only those columns. The first route's partition columns are the
+    write's; a route without partition columns takes its files from every folder.
+    """
+    names = list(routes)
+    first_path, first_partitions, _ = routes[names[0]]
+    for _, partitions, _ in routes.values():
+        if partitions and list(partitions) != list(first_partitions):
+            raise ValueError("routed tables must share their partition columns or have none")
+    tmp = first_path / TMP_DIR / run_id
+    _spark_write(df, tmp, [ROUTE_COLUMN, *first_partitions], sort_within)
+    written: dict[str, WrittenFiles] = {}
+    for name in names:
+        path, partitions, columns = routes[name]
+        folder = tmp / f"{ROUTE_COLUMN}={name}"
+        written[name] = _adopt_files(
+            folder, path, len(partitions), run_id, keep_dirs=bool(partitions), columns=columns
+        )
+    shutil.rmtree(tmp, ignore_errors=True)
+    return written
+
+
+def _spark_write(
+    df: DataFrame, tmp: Path, partition_by: Sequence[str], sort_within: Sequence[str]
+) -> None:
     writer_df = df.sortWithinPartitions(*sort_within) if sort_within else df
     writer = writer_df.write.mode("overwrite").option("compression", "snappy")
     if partition_by:
         writer = writer.partitionBy(*partition_by)
     writer.parquet(str(tmp))
+
+
+def _adopt_files(
+    tmp: Path,
+    table_path: Path,
+    partition_depth: int,
+    run_id: str,
+    keep_dirs: bool = True,
+    columns: Sequence[str] | None = None,
+) -> WrittenFiles:
+    """Move the Parquet files Spark wrote under `tmp` into the table folder, as add actions."""
     actions: list[AddAction] = []
     counter = 0
-    for source in sorted(tmp.rglob("*.parquet")):
+    sources = sorted(tmp.rglob("*.parquet")) if tmp.exists() else []
+    for source in sources:
         relative_dir = source.parent.relative_to(tmp)
         if any(
             part.startswith(".") or (part.startswith("_") and "=" not in part)
@@ -297,15 +369,22 @@ def write_files(
             source.unlink()
             continue
         counter += 1
-        relative = relative_dir / f"part-{counter:05d}-{run_id}.snappy.parquet"
+        target_dir = relative_dir if keep_dirs else Path()
+        relative = target_dir / f"part-{counter:05d}-{run_id}.snappy.parquet"
         target = table_path / relative
         target.parent.mkdir(parents=True, exist_ok=True)
         os.replace(source, target)
         values: dict[str, str | None] = {}
-        for part in relative_dir.parts:
+        for part in target_dir.parts[:partition_depth]:
             key, _, raw = part.partition("=")
             value = unquote(raw)
             values[key] = None if value == "__HIVE_DEFAULT_PARTITION__" else value
+        stats = footer_stats(metadata)
+        if columns is not None:
+            wanted = set(columns)
+            stats = {
+                kind: {c: v for c, v in by.items() if c in wanted} for kind, by in stats.items()
+            }
         stat = target.stat()
         actions.append(
             AddAction(
@@ -314,10 +393,9 @@ def write_files(
                 partition_values=values,
                 modification_time=int(stat.st_mtime * 1000),
                 data_change=True,
-                stats=json.dumps({"numRecords": rows, **footer_stats(metadata)}),
+                stats=json.dumps({"numRecords": rows, **stats}),
             )
         )
-    shutil.rmtree(tmp, ignore_errors=True)
     return WrittenFiles(table_path, actions)
 
 

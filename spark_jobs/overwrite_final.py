@@ -4,8 +4,9 @@ The final table already holds the winner of every earlier change and the tombsto
 latest delete of every deleted key, so ranking the interval's changes against the final rows and
 tombstones of the same keys gives the answer ranking all of staging would, at a cost that follows
 the change set. The touched partitions are those of the new rows plus those that hold the keys
-now (a key that moves, or is deleted by a key-only D, leaves its old partition). They are
-replaced in one delta-rs commit made from the snapshot that was read.
+now (a key that moves, or is deleted by a key-only D, leaves its old partition). Only the changed
+keys are ranked; the other rows of the touched partitions are copied as they are. The touched
+partitions are replaced in one delta-rs commit made from the snapshot that was read.
 """
 
 from __future__ import annotations
@@ -32,6 +33,10 @@ from spark_jobs.transforms import (
 )
 
 MAX_ATTEMPTS = 10
+ROUTE = delta.ROUTE_COLUMN  # "final" or "tombstones": which table an output row is for
+# Up to this many staged changes, their keys are broadcast to every join (a map-side filter of
+# final, no shuffle of its rows); above it Spark chooses (adaptive execution, shuffle joins).
+BROADCAST_CHANGES_MAX = 1_000_000
 
 
 def final_schema(staging_schema: StructType) -> StructType:
@@ -50,8 +55,7 @@ class Plan:
     """What one attempt will write: the touched partitions and the rows replacing them."""
 
     touched: set[Any] | None  # None: the table is unpartitioned and rewritten whole
-    rows: DataFrame
-    new_tombstones: DataFrame
+    output: DataFrame  # final's new rows and the new tombstones, told apart by ROUTE
 
 
 def partitions_holding_keys(
@@ -60,6 +64,7 @@ def partitions_holding_keys(
     keys_df: DataFrame,
     known: set[Any],
     trust_unique: bool = True,
+    broadcast: bool = True,
 ) -> set[Any]:
     """Partition values of the final files holding any of the keys, outside `known`.
 
@@ -71,7 +76,8 @@ def partitions_holding_keys(
 
     Two runs that both create partitions from one snapshot can leave a key in two partitions
     until the later one recomputes; a recompute (`trust_unique=False`) therefore looks up every
-    key, so it finds and heals both copies.
+    key, so it finds and heals both copies. `broadcast`: the keys are few enough to send to
+    every task.
     """
     table = context.table
     if not final.files or table.partition_column is None:
@@ -79,7 +85,9 @@ def partitions_holding_keys(
     spark, keys = context.spark, list(table.keys)
     column = table.partition_column
     if known and trust_unique:
-        found = delta.read_snapshot(spark, final, partitions=known, columns=keys)
+        found = delta.read_snapshot(spark, final, partitions=known, columns=keys).join(
+            _small(keys_df, broadcast), on=keys, how="left_semi"
+        )  # the changed keys already in the known partitions: few rows, whatever final's size
         keys_df = keys_df.join(found, on=keys, how="left_anti")
     others = [f for f in final.files if f.partition_values.get(column) not in known]
     candidates = files_that_may_hold(context, final, others, keys_df)
@@ -87,7 +95,7 @@ def partitions_holding_keys(
         return set()
     located = delta.read_snapshot(spark, final, columns=keys, with_file_name=True, files=candidates)
     names = (
-        located.join(F.broadcast(keys_df), on=keys, how="left_semi")
+        located.join(_small(keys_df, broadcast), on=keys, how="left_semi")
         .select(delta.FILE_NAME_COLUMN)
         .distinct()
         .collect()  # metadata: file names (at most one per candidate file), not rows
@@ -110,7 +118,8 @@ def files_that_may_hold(
     for key in keys:
         kind = final.schema[key].dataType
         fields += [StructField(f"__min_{key}", kind), StructField(f"__max_{key}", kind)]
-    ranges = spark.createDataFrame(
+    ranges = delta.local_frame(
+        spark,
         [(f.name, *[v for k in keys for v in (f.min_values[k], f.max_values[k])]) for f in ranged],
         StructType(fields),
     )
@@ -126,6 +135,11 @@ def files_that_may_hold(
         .collect()  # metadata: file names (at most one per file of the snapshot), not rows
     }
     return unranged + [f for f in ranged if f.name in hits]
+
+
+def _small(frame: DataFrame, broadcast: bool) -> DataFrame:
+    """`frame` with a broadcast hint when it is known to be small."""
+    return F.broadcast(frame) if broadcast else frame
 
 
 def _as_changes(frame: DataFrame, columns: Sequence[str], flag: str) -> DataFrame:
@@ -144,9 +158,15 @@ def plan_rewrite(
     final: delta.Snapshot,
     tombstones: delta.Snapshot,
     attempt: int = 1,
+    broadcast: bool = True,
 ) -> Plan:
     """Rank the changes against the current rows and tombstones of their keys (`attempt` > 1:
-    a recompute after another run committed, which looks up every key)."""
+    a recompute after another run committed, which looks up every key).
+
+    Only the changed keys are ranked (a shuffle the size of the change set); the other rows of
+    the touched partitions are copied through a map-side anti join (`broadcast`: the keys are
+    few enough to send to every task), without a shuffle or sort.
+    """
     spark, table = context.spark, context.table
     keys = list(table.keys)
     change_columns = changes.columns
@@ -156,32 +176,45 @@ def plan_rewrite(
         # metadata: distinct partition values, needed on the driver for the commit's filter
         new_partitions = {row[0] for row in upserts.collect()}
         touched: set[Any] | None = new_partitions | partitions_holding_keys(
-            context, final, keys_df, new_partitions, trust_unique=attempt == 1
+            context, final, keys_df, new_partitions, attempt == 1, broadcast
         )
         final_rows = delta.read_snapshot(spark, final, partitions=touched)
     else:
         touched = None
         final_rows = delta.read_snapshot(spark, final)
-    remembered = delta.read_snapshot(spark, tombstones).join(
-        F.broadcast(keys_df), on=keys, how="left_semi"
-    )
-    # Every row of the touched partitions is ranked, not only the changed keys: the result is
-    # the same, and a partition left with two rows of a key by a concurrent writer heals.
+    changed = _small(keys_df, broadcast)
+    remembered = delta.read_snapshot(spark, tombstones).join(changed, on=keys, how="left_semi")
+    # Every current row of a changed key is ranked, so a key a concurrent writer left twice in
+    # the touched partitions comes out once.
+    current = final_rows.join(changed, on=keys, how="left_semi")
     candidates = (
         changes.select(*change_columns)
-        .unionByName(_as_changes(final_rows, change_columns, "U"))
+        .unionByName(_as_changes(current, change_columns, "U"))
         .unionByName(_as_changes(remembered, change_columns, "D"))
     )
     winners = latest_change_per_key(candidates, keys, table.sequence_by)
     output_columns = [c for c in change_columns if c != FLAG]
-    rows = winners.filter(F.col(FLAG) != "D").select(*output_columns)
+    upserted = winners.filter(F.col(FLAG) != "D").select(*output_columns)
+    unchanged = final_rows.join(changed, on=keys, how="left_anti").select(*output_columns)
     tombstone_columns = [*keys, *table.sequence_by, *ARRIVAL]
     new_tombstones = (
         winners.filter(F.col(FLAG) == "D")
         .select(*tombstone_columns)
         .join(remembered.select(*tombstone_columns), on=tombstone_columns, how="left_anti")
     )
-    return Plan(touched, rows, new_tombstones)
+    if table.partition_column is not None:
+        # One task per partition value: one new file per touched partition, not one per task.
+        upserted = upserted.repartition(table.partition_column)
+        new_tombstones = new_tombstones.withColumn(table.partition_column, F.lit(None))
+    # Both tables' rows in one frame, written by one Spark job (the ranking runs once).
+    output = (
+        unchanged.unionByName(upserted)
+        .withColumn(ROUTE, F.lit("final"))
+        .unionByName(
+            new_tombstones.withColumn(ROUTE, F.lit("tombstones")), allowMissingColumns=True
+        )
+    )
+    return Plan(touched, output)
 
 
 def _partition_filters(
@@ -217,34 +250,50 @@ def apply_changes(context: StepContext, changes: DataFrame, report: StepReport) 
     delta.ensure_table(paths.tombstones, tombstone_schema(staging_schema, table), [])
     evolve_to_staging(context, staging_schema, report)
     keys_df = changes.select(*table.keys).distinct().persist()
-    report.counts["keys"] = keys_df.count()
+    broadcast = report.counts["changes"] <= BROADCAST_CHANGES_MAX
+    tombstone_columns = tombstone_schema(staging_schema, table).fieldNames()
     tombstones_added = 0
     try:
+        report.counts["keys"] = keys_df.count()  # also caches the keys every join below uses
         for attempt in range(1, MAX_ATTEMPTS + 1):
             final = delta.load_snapshot(paths.final)
             tombstones = delta.load_snapshot(paths.tombstones)  # after final: see the run order
-            plan = plan_rewrite(context, changes, keys_df, final, tombstones, attempt)
-            # Before final, so a delete is never applied without being remembered.
-            tombstones_added += delta.append_with_retries(
-                plan.new_tombstones,
-                paths.tombstones,
-                "tombstones",
-                MAX_ATTEMPTS,
-                distinct_since=tombstones.version,
-            )[0]
+            plan = plan_rewrite(context, changes, keys_df, final, tombstones, attempt, broadcast)
+            run_id = delta.new_run_id()
+            written = delta.write_routed(
+                plan.output,
+                {
+                    "final": (paths.final, partition_by, final_schema(staging_schema).fieldNames()),
+                    "tombstones": (paths.tombstones, [], tombstone_columns),
+                },
+                run_id,
+                table.zorder_by,
+            )
+            new_final, new_tombstones = written["final"], written["tombstones"]
+            if new_tombstones.actions:
+                # Before final, so a delete is never applied without being remembered.
+                remembered = delta.try_commit(
+                    tombstones, new_tombstones, "append", "tombstones", run_id, attempt
+                )
+                if remembered is None:
+                    new_final.delete()
+                    continue
+                tombstones_added += new_tombstones.rows
+                if remembered.interfering_versions:
+                    # Another run may have remembered the same deletes: keep one copy of each.
+                    delta.remove_duplicate_rows(
+                        context.spark, paths.tombstones, "tombstones", MAX_ATTEMPTS
+                    )
             if plan.touched is not None and not plan.touched:
+                new_final.delete()
                 report.counts.update(
                     partitions_rewritten=0, rows_written=0, final_version=final.version
                 )
                 break
-            run_id = delta.new_run_id()
-            written = delta.write_files(
-                plan.rows, paths.final, partition_by, run_id, table.zorder_by
-            )
             delta.inject_fault("overwrite_final:before_commit")
             result = delta.try_commit(
                 final,
-                written,
+                new_final,
                 "overwrite",
                 "overwrite_final",
                 run_id,
@@ -256,7 +305,7 @@ def apply_changes(context: StepContext, changes: DataFrame, report: StepReport) 
             delta.inject_fault("overwrite_final:after_commit")
             report.counts.update(
                 partitions_rewritten=len(plan.touched) if plan.touched is not None else 1,
-                rows_written=written.rows,
+                rows_written=new_final.rows,
                 final_version=result.version,
             )
             if result.interfering_versions:
@@ -363,7 +412,11 @@ def run_overwrite_final(context: StepContext, interval: Interval) -> StepReport:
     delta.inject_fault("overwrite_final:before_first_write")
     changes = delta.read_snapshot(context.spark, staging, partitions=batches).persist()
     try:
-        report.counts["changes"] = changes.count()
+        files = staging.files_in(batches)
+        if all(f.num_records is not None for f in files):  # from the log: no Spark job
+            report.counts["changes"] = sum(f.num_records or 0 for f in files)
+        else:
+            report.counts["changes"] = changes.count()
         if table.insert_only:
             append_inserts(context, changes, report)
         else:

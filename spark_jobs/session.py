@@ -41,6 +41,9 @@ def build_spark_session(app_name: str = "cdc", master: str | None = None) -> Spa
         .config("spark.sql.shuffle.partitions", os.environ.get("CDC_SHUFFLE_PARTITIONS", "8"))
         .config("spark.hadoop.mapreduce.fileoutputcommitter.marksuccessfuljobs", "false")
         .config("spark.hadoop.parquet.enable.summary-metadata", "false")
+        # Steps read explicit lists of data files: check them on the driver, not in a Spark
+        # job per read (Spark's default above 32 paths).
+        .config("spark.sql.sources.parallelPartitionDiscovery.threshold", "100000")
     )
     for key, value in REQUIRED_SQL_CONF.items():
         builder = builder.config(key, value)

@@ -140,7 +140,7 @@ def derive_changes(
         old = F.col(ROW_HASH) if ROW_HASH in stored else F.lit(None).cast("string")
         current = rows.select(hash_of(keys).alias("__key"), old.alias("__old"), *keys)
     else:
-        current = spark.createDataFrame([], known)
+        current = delta.local_frame(spark, [], known)
     compared = (
         extract.drop(FLAG)
         .join(current.select("__key", "__old"), extract[KEY_HASH] == F.col("__key"), "left")
