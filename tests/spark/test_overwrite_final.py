@@ -415,6 +415,18 @@ def test_json_customers_story_of_seed_000(spark, workspace: Workspace) -> None:
         ("id1", "Angela", 1),
         ("id2", "Carol", 3),
     ]
+    # An unpartitioned table: a winning delete goes to tombstones (same Spark job as final).
+    workspace.land(
+        "customers",
+        "2024-01-01T02",
+        "a.json",
+        [{"FLAG": "D", "ID": "id1", "SEQ": 4}, {"FLAG": "U", "ID": "id1", "NAME": "Old", "SEQ": 2}],
+        file_format="json",
+    )
+    run(spark, workspace, table, "2024-01-01T02", "2024-01-01T03")
+    paths = workspace.paths("customers")
+    assert table_rows(paths.final) == [("id2", "Carol", 3)]
+    assert table_rows(paths.tombstones, ["ID", "SEQ"]) == [("id1", 4)]
 
 
 def test_moved_key_lookup_reads_only_files_whose_key_range_can_hold_it(
