@@ -62,6 +62,9 @@ def build_parser() -> argparse.ArgumentParser:
         "--fractions", default=None, help="touched fractions of partitions (0.01,0.05,0.25)"
     )
     bench.add_argument("--sizes", default=None, help="table size multipliers (1,4)")
+    bench.add_argument(
+        "--repeats", type=int, default=None, help="runs of overwrite-final and MERGE (3): median"
+    )
     bench.add_argument("--output", type=Path, default=None, help="results folder (bench-results)")
     bench.add_argument("--smoke", action="store_true", help="tiny sizes: the harness in seconds")
     demo = commands.add_parser("demo", help="generate sample change sets and apply them")
@@ -161,9 +164,12 @@ def run_bench_command(namespace: argparse.Namespace) -> int:
                 ("partitions", namespace.partitions),
                 ("key_width", namespace.key_width),
                 ("changes", namespace.changes),
+                ("repeats", namespace.repeats),
             )
             if value is not None
         }
+        if namespace.repeats is not None and namespace.repeats < 1:
+            raise ValueError(f"--repeats must be at least 1, not {namespace.repeats}")
         if namespace.fractions:
             overrides["fractions"] = tuple(float(v) for v in namespace.fractions.split(","))
         if namespace.sizes:

@@ -67,6 +67,7 @@ class BenchSpec:
     size_sweep_fraction: float = 0.01
     output: Path = Path("bench-results")
     warm_up: bool = True  # a small throwaway case first (JIT, caches)
+    repeats: int = 3  # overwrite_final and MERGE run this often, each on a fresh copy: median
 
     @classmethod
     def smoke(cls, output: Path) -> BenchSpec:
@@ -81,6 +82,7 @@ class BenchSpec:
             size_sweep_fraction=0.1,
             output=output,
             warm_up=False,
+            repeats=1,
         )
 
 
@@ -222,13 +224,14 @@ class Measure:
     """One method on one case."""
 
     method: str
-    seconds: float
+    seconds: float  # the median of `runs`
     jvm_peak_mb: float | None
     python_peak_mb: float | None
     files_written: int
     bytes_written: int
     spark: dict[str, Any] = field(default_factory=dict)
     counts: dict[str, Any] = field(default_factory=dict)
+    runs: list[float] = field(default_factory=list)  # seconds of every repetition
 
 
 def _measure(
@@ -253,6 +256,7 @@ def _measure(
     return Measure(
         method=method,
         seconds=round(seconds, 2),
+        runs=[round(seconds, 2)],
         jvm_peak_mb=_peak_mb(jvm),
         python_peak_mb=_peak_mb(os.getpid()),
         files_written=len(new),
@@ -346,14 +350,22 @@ def run_case(
     stage_seconds = round(time.perf_counter() - started, 2)
     changes = delta.read_snapshot(spark, delta.load_snapshot(own.staging)).persist()
     changes.count()
+
+    def repeated(method: str, action: Callable[[], dict[str, Any]]) -> Measure:
+        """The median of `spec.repeats` runs, each on a fresh copy of the base table."""
+        measures = []
+        for run in range(spec.repeats):
+            if run:
+                shutil.rmtree(finals[method])
+                shutil.copytree(base, finals[method])
+                if method == "overwrite_final":
+                    shutil.rmtree(own.tombstones, ignore_errors=True)
+            measures.append(_measure(spark, f"{label}/{run}", method, finals[method], action))
+        median = sorted(measures, key=lambda m: m.seconds)[len(measures) // 2]
+        return replace(median, runs=[m.seconds for m in measures])
+
     measures = [
-        _measure(
-            spark,
-            label,
-            "overwrite_final",
-            finals["overwrite_final"],
-            lambda: dict(run_overwrite_final(context, window).counts),
-        ),
+        repeated("overwrite_final", lambda: dict(run_overwrite_final(context, window).counts)),
         _measure(
             spark,
             label,
@@ -361,12 +373,8 @@ def run_case(
             finals["full_rebuild"],
             lambda: full_rebuild(spark, table, finals["full_rebuild"], changes),
         ),
-        _measure(
-            spark,
-            label,
-            "delta_rs_merge",
-            finals["delta_rs_merge"],
-            lambda: delta_rs_merge(table, finals["delta_rs_merge"], changes),
+        repeated(
+            "delta_rs_merge", lambda: delta_rs_merge(table, finals["delta_rs_merge"], changes)
         ),
     ]
     columns = [c for c in final_schema(changes.schema).fieldNames() if c not in ARRIVAL]
