@@ -14,7 +14,7 @@ import shutil
 import signal
 import time
 import uuid
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime
 from pathlib import Path
@@ -304,7 +304,7 @@ ROUTE_COLUMN = "_cdc_route"
 
 def write_routed(
     df: DataFrame,
-    routes: dict[str, tuple[Path, Sequence[str], Sequence[str]]],
+    routes: Mapping[str, tuple[Path, Sequence[str], Sequence[str]]],
     run_id: str,
     sort_within: Sequence[str] = (),
 ) -> dict[str, WrittenFiles]:
@@ -558,14 +558,8 @@ def append_with_retries(
     step: str,
     max_attempts: int,
     fault_point: str | None = None,
-    distinct_since: int | None = None,
 ) -> tuple[int, int]:
-    """Append `frame` to the existing table at `path`; returns (rows, version), retrying conflicts.
-
-    With `distinct_since` (the version `frame` was computed against), the table is a set
-    (tombstones): when another commit landed after that version, which may have added the
-    same rows, the table is rewritten without duplicates.
-    """
+    """Append `frame` to the existing table at `path`; returns (rows, version), retrying conflicts."""
     for attempt in range(1, max_attempts + 1):
         snapshot = load_snapshot(path)
         run_id = new_run_id()
@@ -576,13 +570,7 @@ def append_with_retries(
             inject_fault(fault_point)
         result = try_commit(snapshot, written, "append", step, run_id, attempt)
         if result is not None:
-            version = result.version
-            others = result.interfering_versions or (
-                distinct_since is not None and snapshot.version > distinct_since
-            )
-            if distinct_since is not None and others:
-                version = remove_duplicate_rows(frame.sparkSession, path, step, max_attempts)
-            return written.rows, version
+            return written.rows, result.version
     raise ConcurrentWriteError(
         f"{path}: {max_attempts} conflicting commits in a row; nothing was lost, run the step again"
     )

@@ -229,8 +229,8 @@ def update_history(
     )
     buckets: set[Any] | None = None  # a new log: every bucket is cut
     if log_before.exists:
-        # metadata: the touched bucket ids, at most history_buckets small ints
-        buckets = {r[0] for r in events.select(BUCKET).distinct().collect()}
+        bucket_ids = events.select(BUCKET).distinct()
+        buckets = {r[0] for r in bucket_ids.collect()}  # metadata: at most history_buckets ints
     logged, _ = append_to_log(context, events, buckets)
     versions, history_version = recut(context, buckets)
     report.counts.update(

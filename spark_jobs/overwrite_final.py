@@ -173,8 +173,7 @@ def plan_rewrite(
     if table.partition_column is not None:
         column = table.partition_column
         upserts = changes.filter(F.col(FLAG) != "D").select(column).distinct()
-        # metadata: distinct partition values, needed on the driver for the commit's filter
-        new_partitions = {row[0] for row in upserts.collect()}
+        new_partitions = {row[0] for row in upserts.collect()}  # metadata: partition values
         touched: set[Any] | None = new_partitions | partitions_holding_keys(
             context, final, keys_df, new_partitions, attempt == 1, broadcast
         )
@@ -251,7 +250,10 @@ def apply_changes(context: StepContext, changes: DataFrame, report: StepReport) 
     evolve_to_staging(context, staging_schema, report)
     keys_df = changes.select(*table.keys).distinct().persist()
     broadcast = report.counts["changes"] <= BROADCAST_CHANGES_MAX
-    tombstone_columns = tombstone_schema(staging_schema, table).fieldNames()
+    routes = {
+        "final": (paths.final, partition_by, final_schema(staging_schema).fieldNames()),
+        "tombstones": (paths.tombstones, [], tombstone_schema(staging_schema, table).fieldNames()),
+    }
     tombstones_added = 0
     try:
         report.counts["keys"] = keys_df.count()  # also caches the keys every join below uses
@@ -260,15 +262,7 @@ def apply_changes(context: StepContext, changes: DataFrame, report: StepReport) 
             tombstones = delta.load_snapshot(paths.tombstones)  # after final: see the run order
             plan = plan_rewrite(context, changes, keys_df, final, tombstones, attempt, broadcast)
             run_id = delta.new_run_id()
-            written = delta.write_routed(
-                plan.output,
-                {
-                    "final": (paths.final, partition_by, final_schema(staging_schema).fieldNames()),
-                    "tombstones": (paths.tombstones, [], tombstone_columns),
-                },
-                run_id,
-                table.zorder_by,
-            )
+            written = delta.write_routed(plan.output, routes, run_id, table.zorder_by)
             new_final, new_tombstones = written["final"], written["tombstones"]
             if new_tombstones.actions:
                 # Before final, so a delete is never applied without being remembered.
@@ -335,8 +329,7 @@ def append_inserts(context: StepContext, changes: DataFrame, report: StepReport)
         changes, table.keys, table.sequence_by
     ).drop(FLAG)
     partitions = (
-        # metadata: distinct partition values, to prune the read of final's files
-        {row[0] for row in changes.select(table.partition_column).distinct().collect()}
+        {row[0] for row in changes.select(table.partition_column).distinct().collect()}  # metadata
         if table.partition_column
         else None
     )
