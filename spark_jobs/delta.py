@@ -577,7 +577,11 @@ def append_with_retries(
 
 
 def remove_duplicate_rows(spark: SparkSession, path: Path, step: str, max_attempts: int) -> int:
-    """Rewrite a small set-like table (tombstones) with one copy of each row; returns its version."""
+    """Rewrite a set-like table with one copy of each row; returns its version.
+
+    For tombstones after racing appends, and for a table whose whole-table rewrite raced an
+    OPTIMIZE (rare: it reads the whole table).
+    """
     for attempt in range(1, max_attempts + 1):
         snapshot = load_snapshot(path)
         rows = read_snapshot(spark, snapshot)
@@ -667,6 +671,10 @@ def evolve_table(
             written.delete()
             sleep_before_retry(attempt)
         if result is not None:
+            if result.interfering_versions:
+                # An OPTIMIZE that landed after our read leaves its compacted copy of the rows
+                # we rewrote beside our files (delta-rs lets the overwrite commit).
+                remove_duplicate_rows(spark, path, "evolve_schema", max_attempts)
             return changes
     raise ConcurrentWriteError(
         f"{path}: could not change the schema ({max_attempts} conflicting commits); run again"

@@ -160,12 +160,13 @@ def plan_rewrite(
     attempt: int = 1,
     broadcast: bool = True,
 ) -> Plan:
-    """Rank the changes against the current rows and tombstones of their keys (`attempt` > 1:
-    a recompute after another run committed, which looks up every key).
+    """Rank the changes against the current rows and tombstones of their keys.
 
     Only the changed keys are ranked (a shuffle the size of the change set); the other rows of
     the touched partitions are copied through a map-side anti join (`broadcast`: the keys are
-    few enough to send to every task), without a shuffle or sort.
+    few enough to send to every task), without a shuffle or sort. `attempt` > 1 is a recompute
+    after another commit landed: it looks up every key and ranks every row of the touched
+    partitions, so it also heals keys that commit left twice.
     """
     spark, table = context.spark, context.table
     keys = list(table.keys)
@@ -184,8 +185,11 @@ def plan_rewrite(
     changed = _small(keys_df, broadcast)
     remembered = delta.read_snapshot(spark, tombstones).join(changed, on=keys, how="left_semi")
     # Every current row of a changed key is ranked, so a key a concurrent writer left twice in
-    # the touched partitions comes out once.
-    current = final_rows.join(changed, on=keys, how="left_semi")
+    # the touched partitions comes out once. A recompute ranks every row of the touched
+    # partitions: another commit may have doubled keys this run does not change (an OPTIMIZE
+    # landing between our read and our commit leaves its compacted copy beside our rewrite).
+    heal = attempt > 1
+    current = final_rows if heal else final_rows.join(changed, on=keys, how="left_semi")
     candidates = (
         changes.select(*change_columns)
         .unionByName(_as_changes(current, change_columns, "U"))
@@ -194,7 +198,9 @@ def plan_rewrite(
     winners = latest_change_per_key(candidates, keys, table.sequence_by)
     output_columns = [c for c in change_columns if c != FLAG]
     upserted = winners.filter(F.col(FLAG) != "D").select(*output_columns)
-    unchanged = final_rows.join(changed, on=keys, how="left_anti").select(*output_columns)
+    unchanged = (
+        final_rows.limit(0) if heal else final_rows.join(changed, on=keys, how="left_anti")
+    ).select(*output_columns)
     tombstone_columns = [*keys, *table.sequence_by, *ARRIVAL]
     new_tombstones = (
         winners.filter(F.col(FLAG) == "D")

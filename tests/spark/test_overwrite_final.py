@@ -493,3 +493,67 @@ def test_moved_key_lookup_reads_only_files_whose_key_range_can_hold_it(
         ],
         key=repr,
     )
+
+
+@pytest.mark.parametrize("partitioned", [False, True], ids=["unpartitioned", "partitioned"])
+def test_an_optimize_landing_between_read_and_commit_leaves_no_key_twice(
+    spark, workspace: Workspace, monkeypatch: pytest.MonkeyPatch, partitioned: bool
+) -> None:
+    """delta-rs lets an overwrite commit after an OPTIMIZE removed files it read, so the
+    compacted copy of those rows stands beside the rewrite. The run sees the OPTIMIZE in the
+    log and recomputes; the recompute must rank every row of the partitions it rewrites, not
+    only its changed keys, or the keys it does not change stay twice (CI, Airflow backfill)."""
+    from spark_jobs import delta
+    from spark_jobs.optimize import optimize_table
+
+    if partitioned:
+        table = seed_three_years(spark, workspace)
+        name, columns = "orders", ["ORDER_ID", "AMOUNT"]
+        # A second file in 2016, so OPTIMIZE has something to compact there.
+        workspace.land(
+            name,
+            "2024-01-01T01",
+            "a.csv",
+            [order("I", 5, 1, "05/01/2016", "5.00", "2024-01-01 01:00:00")],
+        )
+        run(spark, workspace, table, "2024-01-01T01", "2024-01-01T02")
+        change = order("U", 2, 1, "03/01/2016", "2.50", "2024-01-01 02:00:00")
+        expected = [
+            (1, Decimal("1.00")),
+            (2, Decimal("2.50")),
+            (3, Decimal("3.00")),
+            (4, Decimal("4.00")),
+            (5, Decimal("5.00")),
+        ]
+    else:
+        table = workspace.configure(SEED)["t"]
+        name, columns = "t", ["ID", "VALUE"]
+        for hour, rows in (
+            (
+                "2024-01-01T00",
+                [row("I", 1, 0, "2024-01-01 00:00:01"), row("I", 10, 0, "2024-01-01 00:00:02")],
+            ),
+            ("2024-01-01T01", [row("I", 11, 1, "2024-01-01 01:00:01")]),
+        ):
+            workspace.land(name, hour, "a.csv", rows)
+            run(spark, workspace, table, hour, hour[:-2] + f"{int(hour[-2:]) + 1:02d}")
+        change = row("U", 1, 2, "2024-01-01 02:00:00")
+        expected = [(1, 2), (10, 0), (11, 1)]
+    final = workspace.paths(name).final
+    assert len(delta.load_snapshot(final).files) >= 2
+    workspace.land(name, "2024-01-01T02", "a.csv", [change])
+
+    optimized: list[tuple[int, int, int]] = []
+    real_fault = delta.inject_fault
+
+    def optimize_before_our_commit(point: str) -> None:
+        if point == "overwrite_final:before_commit" and not optimized:
+            optimized.append(optimize_table(final))
+        real_fault(point)
+
+    monkeypatch.setattr(delta, "inject_fault", optimize_before_our_commit)
+    _, applied = run(spark, workspace, table, "2024-01-01T02", "2024-01-01T03")
+    ((before, after, _),) = optimized
+    assert after < before  # the OPTIMIZE did compact files the run had read
+    assert applied.counts["attempts"] == 2
+    assert table_rows(final, columns) == sorted(expected, key=repr)

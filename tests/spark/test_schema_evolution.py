@@ -245,3 +245,36 @@ def test_undeclared_columns_are_ignored_with_a_warning(spark, workspace: Workspa
     assert "columns not in the config row are ignored: EXTRA, MORE" in capfd.readouterr().err
     final = workspace.paths("j").final
     assert table_rows(final) == [(1, 1, "Olaf")]
+
+
+def test_a_widening_rewrite_raced_by_an_optimize_keeps_each_row_once(
+    spark, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Widening a type rewrites the whole table; an OPTIMIZE committing between that read and
+    the commit leaves its compacted copy beside the rewrite (delta-rs lets the overwrite
+    commit), so the rewrite sees it in the log and removes the duplicate rows."""
+    from pyspark.sql.types import IntegerType, LongType, StructField, StructType
+
+    from spark_jobs.optimize import optimize_table
+
+    path = tmp_path / "t"
+    narrow = StructType([StructField("ID", LongType()), StructField("N", IntegerType())])
+    delta.ensure_table(path, narrow, [])
+    for rows in ([(1, 10), (2, 20)], [(3, 30)]):
+        delta.append_with_retries(spark.createDataFrame(rows, narrow), path, "test", 3)
+    assert len(delta.load_snapshot(path).files) >= 2
+    optimized: list[tuple[int, int, int]] = []
+    real_commit = delta.commit
+
+    def optimize_then_commit(*args, **kwargs):  # type: ignore[no-untyped-def]
+        if not optimized:
+            optimized.append(optimize_table(path))
+        return real_commit(*args, **kwargs)
+
+    monkeypatch.setattr(delta, "commit", optimize_then_commit)
+    wide = StructType([StructField("ID", LongType()), StructField("N", LongType())])
+    assert delta.evolve_table(spark, path, wide) == ["widen N int -> bigint"]
+    ((before, after, _),) = optimized
+    assert after < before
+    assert table_rows(path) == [(1, 10), (2, 20), (3, 30)]
+    assert physical_types(path, "N") == {"int64"}
