@@ -477,6 +477,7 @@ def commit(
     run_id: str,
     partition_filters: list[tuple[str, str, Any]] | None = None,
     schema: StructType | None = None,
+    exclusive: bool = False,
 ) -> CommitResult:
     """Commit the written files from `snapshot`'s version in one atomic delta-rs commit.
 
@@ -484,6 +485,12 @@ def commit(
     that matches `partition_filters` (all files when None), and may change the table's schema
     to `schema`. Raises CommitFailedError when a concurrent commit conflicts; the caller
     deletes its files and retries from a new snapshot.
+
+    `exclusive`: commit only as the version right after the snapshot (delta-rs
+    max_commit_retries=0), so any commit landing after the read fails this one. For rewrites:
+    delta-rs lets an overwrite commit after commits it does not see as conflicts, an OPTIMIZE
+    that compacted files the overwrite read (its copy of those rows would stay beside the
+    rewrite), or another overwrite that created the same new partition.
     """
     if snapshot.table is None or snapshot.schema is None:
         raise ValueError(f"no Delta table at {snapshot.path}")
@@ -494,7 +501,10 @@ def commit(
         schema=Schema.from_json((schema or snapshot.schema).json()),
         partition_by=snapshot.partition_columns or None,
         partition_filters=partition_filters,
-        commit_properties=CommitProperties(custom_metadata={RUN_ID_KEY: run_id, STEP_KEY: step}),
+        commit_properties=CommitProperties(
+            custom_metadata={RUN_ID_KEY: run_id, STEP_KEY: step},
+            max_commit_retries=0 if exclusive else None,
+        ),
     )
     return find_commit(snapshot.path, snapshot.version, run_id)
 
@@ -542,10 +552,11 @@ def try_commit(
     run_id: str,
     attempt: int,
     partition_filters: list[tuple[str, str, Any]] | None = None,
+    exclusive: bool = False,
 ) -> CommitResult | None:
     """Commit, or after a conflict delete the written files, back off and return None (retry)."""
     try:
-        return commit(snapshot, written, mode, step, run_id, partition_filters)
+        return commit(snapshot, written, mode, step, run_id, partition_filters, exclusive=exclusive)
     except CommitFailedError:
         written.delete()
         sleep_before_retry(attempt)
@@ -577,11 +588,7 @@ def append_with_retries(
 
 
 def remove_duplicate_rows(spark: SparkSession, path: Path, step: str, max_attempts: int) -> int:
-    """Rewrite a set-like table with one copy of each row; returns its version.
-
-    For tombstones after racing appends, and for a table whose whole-table rewrite raced an
-    OPTIMIZE (rare: it reads the whole table).
-    """
+    """Rewrite a small set-like table (tombstones) with one copy of each row; returns its version."""
     for attempt in range(1, max_attempts + 1):
         snapshot = load_snapshot(path)
         rows = read_snapshot(spark, snapshot)
@@ -590,7 +597,9 @@ def remove_duplicate_rows(spark: SparkSession, path: Path, step: str, max_attemp
             return snapshot.version
         run_id = new_run_id()
         written = write_files(rows.distinct(), path, snapshot.partition_columns, run_id)
-        result = try_commit(snapshot, written, "overwrite", f"{step}_deduplicate", run_id, attempt)
+        result = try_commit(
+            snapshot, written, "overwrite", f"{step}_deduplicate", run_id, attempt, exclusive=True
+        )
         if result is not None and not result.interfering_versions:
             return result.version
     raise ConcurrentWriteError(f"{path}: could not remove duplicate rows; run the step again")
@@ -665,16 +674,18 @@ def evolve_table(
         result = None
         try:
             result = commit(
-                snapshot, written, "overwrite", "evolve_schema", run_id, schema=new_schema
+                snapshot,
+                written,
+                "overwrite",
+                "evolve_schema",
+                run_id,
+                schema=new_schema,
+                exclusive=True,
             )
         except CommitFailedError:
             written.delete()
             sleep_before_retry(attempt)
         if result is not None:
-            if result.interfering_versions:
-                # An OPTIMIZE that landed after our read leaves its compacted copy of the rows
-                # we rewrote beside our files (delta-rs lets the overwrite commit).
-                remove_duplicate_rows(spark, path, "evolve_schema", max_attempts)
             return changes
     raise ConcurrentWriteError(
         f"{path}: could not change the schema ({max_attempts} conflicting commits); run again"

@@ -190,12 +190,16 @@ def recut(context: StepContext, buckets: set[Any] | None) -> tuple[int, int]:
         run_id = delta.new_run_id()
         written = delta.write_files(versions, paths.history, [BUCKET], run_id)
         result = delta.try_commit(
-            history, written, "overwrite", "history", run_id, attempt, _bucket_filters(buckets)
+            history,
+            written,
+            "overwrite",
+            "history",
+            run_id,
+            attempt,
+            _bucket_filters(buckets),
+            exclusive=True,
         )
         if result is None:
-            continue
-        if result.interfering_versions:
-            delta.sleep_before_retry(attempt)
             continue
         return written.rows, result.version
     raise ConcurrentWriteError(

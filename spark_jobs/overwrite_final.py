@@ -6,7 +6,8 @@ tombstones of the same keys gives the answer ranking all of staging would, at a 
 the change set. The touched partitions are those of the new rows plus those that hold the keys
 now (a key that moves, or is deleted by a key-only D, leaves its old partition). Only the changed
 keys are ranked; the other rows of the touched partitions are copied as they are. The touched
-partitions are replaced in one delta-rs commit made from the snapshot that was read.
+partitions are replaced in one delta-rs commit made as the version right after the snapshot that
+was read: if final changed meanwhile, the attempt is recomputed from a new snapshot.
 """
 
 from __future__ import annotations
@@ -74,10 +75,10 @@ def partitions_holding_keys(
     max of each key column, written with every file) can hold one of them. New keys above
     every file's range, the common case, read no file at all.
 
-    Two runs that both create partitions from one snapshot can leave a key in two partitions
-    until the later one recomputes; a recompute (`trust_unique=False`) therefore looks up every
-    key, so it finds and heals both copies. `broadcast`: the keys are few enough to send to
-    every task.
+    A recompute after a failed commit (`trust_unique=False`) looks up every key anyway, so a
+    key that some other writer left in two partitions is found in both and healed (commits to
+    final are exclusive, so this step does not leave one). `broadcast`: the keys are few enough
+    to send to every task.
     """
     table = context.table
     if not final.files or table.partition_column is None:
@@ -165,8 +166,8 @@ def plan_rewrite(
     Only the changed keys are ranked (a shuffle the size of the change set); the other rows of
     the touched partitions are copied through a map-side anti join (`broadcast`: the keys are
     few enough to send to every task), without a shuffle or sort. `attempt` > 1 is a recompute
-    after another commit landed: it looks up every key and ranks every row of the touched
-    partitions, so it also heals keys that commit left twice.
+    after another commit landed first: it looks up every key and ranks every row of the
+    touched partitions, so it also heals any key left twice there.
     """
     spark, table = context.spark, context.table
     keys = list(table.keys)
@@ -184,10 +185,10 @@ def plan_rewrite(
         final_rows = delta.read_snapshot(spark, final)
     changed = _small(keys_df, broadcast)
     remembered = delta.read_snapshot(spark, tombstones).join(changed, on=keys, how="left_semi")
-    # Every current row of a changed key is ranked, so a key a concurrent writer left twice in
-    # the touched partitions comes out once. A recompute ranks every row of the touched
-    # partitions: another commit may have doubled keys this run does not change (an OPTIMIZE
-    # landing between our read and our commit leaves its compacted copy beside our rewrite).
+    # Every current row of a changed key is ranked, so a key left twice in the touched
+    # partitions comes out once. A recompute (a commit landed before ours) ranks every row of
+    # them: cheap insurance against rows doubled by a writer that is not this step, such as an
+    # OPTIMIZE racing an overwrite that was not exclusive.
     heal = attempt > 1
     current = final_rows if heal else final_rows.join(changed, on=keys, how="left_semi")
     candidates = (
@@ -291,6 +292,8 @@ def apply_changes(context: StepContext, changes: DataFrame, report: StepReport) 
                 )
                 break
             delta.inject_fault("overwrite_final:before_commit")
+            # Exclusive: the result holds only if final did not change since it was read (an
+            # OPTIMIZE or another run creating the same partition would not conflict).
             result = delta.try_commit(
                 final,
                 new_final,
@@ -299,6 +302,7 @@ def apply_changes(context: StepContext, changes: DataFrame, report: StepReport) 
                 run_id,
                 attempt,
                 _partition_filters(table, plan.touched),
+                exclusive=True,
             )
             if result is None:
                 continue
@@ -308,11 +312,6 @@ def apply_changes(context: StepContext, changes: DataFrame, report: StepReport) 
                 rows_written=new_final.rows,
                 final_version=result.version,
             )
-            if result.interfering_versions:
-                # Another writer committed between our read and our commit without a conflict
-                # delta-rs could see (for instance both created new partitions): recompute.
-                delta.sleep_before_retry(attempt)
-                continue
             break
         else:
             raise ConcurrentWriteError(
@@ -386,10 +385,9 @@ def remove_duplicate_events(context: StepContext, partitions: set[Any] | None) -
             run_id,
             attempt,
             _partition_filters(table, partitions),
+            exclusive=True,
         )
-        if result is None:
-            continue
-        if not result.interfering_versions:
+        if result is not None:
             return result.version
     raise ConcurrentWriteError(
         f"table {table.name}: could not remove duplicate events; run the step again"
