@@ -17,6 +17,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import pyarrow as pa
+import pyarrow.compute as pc
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.types import StringType, StructField, StructType
@@ -38,6 +40,9 @@ ROUTE = delta.ROUTE_COLUMN  # "final" or "tombstones": which table an output row
 # Up to this many staged changes, their keys are broadcast to every join (a map-side filter of
 # final, no shuffle of its rows); above it Spark chooses (adaptive execution, shuffle joins).
 BROADCAST_CHANGES_MAX = 1_000_000
+# Up to this many staged changes, the changed keys are collected to the driver (as Arrow) and
+# reach the joins as a local relation; above it they are a cached distinct of the changes.
+LOCAL_KEYS_MAX = 100_000
 
 
 def final_schema(staging_schema: StructType) -> StructType:
@@ -160,6 +165,7 @@ def plan_rewrite(
     tombstones: delta.Snapshot,
     attempt: int = 1,
     broadcast: bool = True,
+    new_partitions: set[Any] | None = None,
 ) -> Plan:
     """Rank the changes against the current rows and tombstones of their keys.
 
@@ -167,15 +173,17 @@ def plan_rewrite(
     the touched partitions are copied through a map-side anti join (`broadcast`: the keys are
     few enough to send to every task), without a shuffle or sort. `attempt` > 1 is a recompute
     after another commit landed first: it looks up every key and ranks every row of the
-    touched partitions, so it also heals any key left twice there.
+    touched partitions, so it also heals any key left twice there. `new_partitions`: the
+    partition values of the changes other than deletes, when the caller already has them.
     """
     spark, table = context.spark, context.table
     keys = list(table.keys)
     change_columns = changes.columns
     if table.partition_column is not None:
         column = table.partition_column
-        upserts = changes.filter(F.col(FLAG) != "D").select(column).distinct()
-        new_partitions = {row[0] for row in upserts.collect()}  # metadata: partition values
+        if new_partitions is None:
+            upserts = changes.filter(F.col(FLAG) != "D").select(column).distinct()
+            new_partitions = {row[0] for row in upserts.collect()}  # metadata: partition values
         touched: set[Any] | None = new_partitions | partitions_holding_keys(
             context, final, keys_df, new_partitions, attempt == 1, broadcast
         )
@@ -255,19 +263,27 @@ def apply_changes(context: StepContext, changes: DataFrame, report: StepReport) 
     delta.ensure_table(paths.final, final_schema(staging_schema), partition_by)
     delta.ensure_table(paths.tombstones, tombstone_schema(staging_schema, table), [])
     evolve_to_staging(context, staging_schema, report)
-    keys_df = changes.select(*table.keys).distinct().persist()
     broadcast = report.counts["changes"] <= BROADCAST_CHANGES_MAX
+    new_partitions: set[Any] | None = None
+    local = report.counts["changes"] <= LOCAL_KEYS_MAX
+    if local:
+        keys_df, report.counts["keys"], new_partitions = changed_keys_on_driver(context, changes)
+    else:
+        keys_df = changes.select(*table.keys).distinct().persist()
     routes = {
         "final": (paths.final, partition_by, final_schema(staging_schema).fieldNames()),
         "tombstones": (paths.tombstones, [], tombstone_schema(staging_schema, table).fieldNames()),
     }
     tombstones_added = 0
     try:
-        report.counts["keys"] = keys_df.count()  # also caches the keys every join below uses
+        if not local:
+            report.counts["keys"] = keys_df.count()  # also caches the keys the joins below use
         for attempt in range(1, MAX_ATTEMPTS + 1):
             final = delta.load_snapshot(paths.final)
             tombstones = delta.load_snapshot(paths.tombstones)  # after final: see the run order
-            plan = plan_rewrite(context, changes, keys_df, final, tombstones, attempt, broadcast)
+            plan = plan_rewrite(
+                context, changes, keys_df, final, tombstones, attempt, broadcast, new_partitions
+            )
             run_id = delta.new_run_id()
             written = delta.write_routed(plan.output, routes, run_id, table.zorder_by)
             new_final, new_tombstones = written["final"], written["tombstones"]
@@ -319,8 +335,34 @@ def apply_changes(context: StepContext, changes: DataFrame, report: StepReport) 
                 "nothing was lost, run the step again"
             )
     finally:
-        keys_df.unpersist()
+        if not local:
+            keys_df.unpersist()
     report.counts.update(tombstones_added=tombstones_added, attempts=attempt)
+
+
+def changed_keys_on_driver(
+    context: StepContext, changes: DataFrame
+) -> tuple[DataFrame, int, set[Any] | None]:
+    """The distinct changed keys as a local relation, their count, and the partition values of
+    the changes other than deletes (None: unpartitioned), from one Spark job.
+
+    For at most LOCAL_KEYS_MAX changes: the keys then reach every join from the driver, with no
+    job to cache or broadcast them.
+    """
+    table = context.table
+    keys, column = list(table.keys), table.partition_column
+    # metadata: key, partition and flag columns of at most LOCAL_KEYS_MAX changes
+    summary = changes.select(*keys, *([column] if column else []), FLAG).toArrow()
+    distinct = summary.select(keys).group_by(keys).aggregate([])
+    keys_df = delta.local_frame(context.spark, distinct, changes.select(*keys).schema)
+    partitions = None
+    if column is not None:
+        upserts = summary.filter(pc.not_equal(summary[FLAG], "D"))
+        values = pc.unique(upserts[column])
+        if pa.types.is_timestamp(values.type) and values.type.tz is not None:
+            values = values.cast(pa.timestamp(values.type.unit))  # naive UTC, as Spark collects
+        partitions = set(values.to_pylist())
+    return keys_df, distinct.num_rows, partitions
 
 
 def append_inserts(context: StepContext, changes: DataFrame, report: StepReport) -> None:
