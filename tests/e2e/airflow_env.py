@@ -3,12 +3,41 @@
 from __future__ import annotations
 
 import json
+import time
+import urllib.error
 import urllib.request
 from typing import Any
 
 from cdc_pipeline.local_airflow import BIN, LocalAirflow, free_port
 
 __all__ = ["BIN", "AirflowEnv", "free_port"]
+
+# SQLite makes a request wait up to 60 s for its write lock (see LocalAirflow.environment), and on
+# 2 cores the api-server shares the CPU with the scheduler and two Spark tasks: a request may be
+# slow without anything being wrong. The client waits longer than the lock, and asks again after
+# a timeout (every request below is idempotent).
+REQUEST_TIMEOUT = 120
+ATTEMPTS = 3
+
+
+def send(request: urllib.request.Request) -> Any:
+    """The JSON answer to an idempotent request, asked again after a timeout or a refused connection."""
+    for attempt in range(1, ATTEMPTS + 1):
+        started = time.monotonic()
+        try:
+            with urllib.request.urlopen(request, timeout=REQUEST_TIMEOUT) as response:
+                return json.loads(response.read())
+        except urllib.error.HTTPError:
+            raise
+        except (TimeoutError, urllib.error.URLError) as error:
+            print(
+                f"{request.get_method()} {request.full_url}: attempt {attempt} failed after "
+                f"{time.monotonic() - started:.0f} s: {error}"
+            )
+            if attempt == ATTEMPTS:
+                raise
+            time.sleep(5 * attempt)
+    raise AssertionError("unreachable")
 
 
 class AirflowEnv(LocalAirflow):
@@ -22,8 +51,7 @@ class AirflowEnv(LocalAirflow):
             headers={"Content-Type": "application/json"},
             method="POST",
         )
-        with urllib.request.urlopen(request, timeout=30) as response:
-            return str(json.loads(response.read())["access_token"])
+        return str(send(request)["access_token"])
 
     def api(self, method: str, path: str, body: dict[str, Any] | None = None) -> Any:
         request = urllib.request.Request(
@@ -32,5 +60,13 @@ class AirflowEnv(LocalAirflow):
             headers={"Content-Type": "application/json", "Authorization": f"Bearer {self.token()}"},
             method=method,
         )
-        with urllib.request.urlopen(request, timeout=30) as response:
-            return json.loads(response.read())
+        return send(request)
+
+    def trigger(self, dag_id: str, run_id: str, body: dict[str, Any]) -> Any:
+        """Trigger a run with a given run_id; a retry that finds it already created returns it."""
+        try:
+            return self.api("POST", f"/dags/{dag_id}/dagRuns", {"dag_run_id": run_id, **body})
+        except urllib.error.HTTPError as error:
+            if error.code != 409:  # 409: the run exists, created by an attempt that timed out
+                raise
+            return self.api("GET", f"/dags/{dag_id}/dagRuns/{run_id}")

@@ -90,6 +90,18 @@ def test_scheduler_runs_an_overlapping_backfill_and_a_rest_triggered_run(
     rest_expected = land_hours(ws, "t_rest", 1)
     env.start_services()
     env.airflow("dags", "reserialize")
+    # The REST API: log in, unpause, trigger the interval [00:00, 01:00). Done before the backfill
+    # starts loading the machine; the run then goes on beside the backfill's runs.
+    env.api("PATCH", "/dags/cdc_t_rest", {"is_paused": False})
+    run = env.trigger(
+        "cdc_t_rest",
+        "rest__2024-01-01T01",
+        {
+            "logical_date": "2024-01-01T01:00:00Z",
+            "data_interval_start": "2024-01-01T00:00:00Z",
+            "data_interval_end": "2024-01-01T01:00:00Z",
+        },
+    )
     env.airflow("dags", "unpause", "cdc_t_backfill")
     env.airflow(
         "backfill",
@@ -104,17 +116,7 @@ def test_scheduler_runs_an_overlapping_backfill_and_a_rest_triggered_run(
         "3",
     )
 
-    # The REST API: log in, unpause, trigger the interval [00:00, 01:00) and poll it.
-    env.api("PATCH", "/dags/cdc_t_rest", {"is_paused": False})
-    run = env.api(
-        "POST",
-        "/dags/cdc_t_rest/dagRuns",
-        {
-            "logical_date": "2024-01-01T01:00:00Z",
-            "data_interval_start": "2024-01-01T00:00:00Z",
-            "data_interval_end": "2024-01-01T01:00:00Z",
-        },
-    )
+    # Poll the REST-triggered run.
     deadline = time.monotonic() + 900
     state = run["state"]
     while state not in ("success", "failed") and time.monotonic() < deadline:
