@@ -163,9 +163,9 @@ def plan_rewrite(
     keys_df: DataFrame,
     final: delta.Snapshot,
     tombstones: delta.Snapshot,
+    new_partitions: set[Any] | None,
     attempt: int = 1,
     broadcast: bool = True,
-    new_partitions: set[Any] | None = None,
 ) -> Plan:
     """Rank the changes against the current rows and tombstones of their keys.
 
@@ -174,16 +174,14 @@ def plan_rewrite(
     few enough to send to every task), without a shuffle or sort. `attempt` > 1 is a recompute
     after another commit landed first: it looks up every key and ranks every row of the
     touched partitions, so it also heals any key left twice there. `new_partitions`: the
-    partition values of the changes other than deletes, when the caller already has them.
+    partition values of the changes other than deletes (None: final is unpartitioned).
     """
     spark, table = context.spark, context.table
     keys = list(table.keys)
     change_columns = changes.columns
     if table.partition_column is not None:
-        column = table.partition_column
         if new_partitions is None:
-            upserts = changes.filter(F.col(FLAG) != "D").select(column).distinct()
-            new_partitions = {row[0] for row in upserts.collect()}  # metadata: partition values
+            raise ValueError(f"table {table.name}: plan_rewrite needs the upserts' partitions")
         touched: set[Any] | None = new_partitions | partitions_holding_keys(
             context, final, keys_df, new_partitions, attempt == 1, broadcast
         )
@@ -270,6 +268,7 @@ def apply_changes(context: StepContext, changes: DataFrame, report: StepReport) 
         keys_df, report.counts["keys"], new_partitions = changed_keys_on_driver(context, changes)
     else:
         keys_df = changes.select(*table.keys).distinct().persist()
+        new_partitions = upsert_partitions(table, changes)
     routes = {
         "final": (paths.final, partition_by, final_schema(staging_schema).fieldNames()),
         "tombstones": (paths.tombstones, [], tombstone_schema(staging_schema, table).fieldNames()),
@@ -282,7 +281,7 @@ def apply_changes(context: StepContext, changes: DataFrame, report: StepReport) 
             final = delta.load_snapshot(paths.final)
             tombstones = delta.load_snapshot(paths.tombstones)  # after final: see the run order
             plan = plan_rewrite(
-                context, changes, keys_df, final, tombstones, attempt, broadcast, new_partitions
+                context, changes, keys_df, final, tombstones, new_partitions, attempt, broadcast
             )
             run_id = delta.new_run_id()
             written = delta.write_routed(plan.output, routes, run_id, table.zorder_by)
@@ -340,6 +339,14 @@ def apply_changes(context: StepContext, changes: DataFrame, report: StepReport) 
     report.counts.update(tombstones_added=tombstones_added, attempts=attempt)
 
 
+def upsert_partitions(table: TableConfig, changes: DataFrame) -> set[Any] | None:
+    """The partition values of the changes other than deletes (None: unpartitioned), by Spark."""
+    if table.partition_column is None:
+        return None
+    upserts = changes.filter(F.col(FLAG) != "D").select(table.partition_column).distinct()
+    return {row[0] for row in upserts.collect()}  # metadata: partition values
+
+
 def changed_keys_on_driver(
     context: StepContext, changes: DataFrame
 ) -> tuple[DataFrame, int, set[Any] | None]:
@@ -351,8 +358,8 @@ def changed_keys_on_driver(
     """
     table = context.table
     keys, column = list(table.keys), table.partition_column
-    # metadata: key, partition and flag columns of at most LOCAL_KEYS_MAX changes
-    summary = changes.select(*keys, *([column] if column else []), FLAG).toArrow()
+    wanted = changes.select(*keys, *([column] if column else []), FLAG)
+    summary = wanted.toArrow()  # metadata: at most LOCAL_KEYS_MAX rows of keys and flags
     distinct = summary.select(keys).group_by(keys).aggregate([])
     keys_df = delta.local_frame(context.spark, distinct, changes.select(*keys).schema)
     partitions = None

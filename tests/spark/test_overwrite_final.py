@@ -36,6 +36,17 @@ YEARLY = {
 }
 
 
+@pytest.fixture(params=["small", "large"])
+def change_set_size(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """ "large": the path a change set above the driver and broadcast limits takes (both set to 0)."""
+    if request.param == "large":
+        from spark_jobs import overwrite_final
+
+        monkeypatch.setattr(overwrite_final, "LOCAL_KEYS_MAX", 0)
+        monkeypatch.setattr(overwrite_final, "BROADCAST_CHANGES_MAX", 0)
+    return str(request.param)
+
+
 def row(flag: str, id_: int, value: int | None, when: str) -> dict:
     return {"FLAG": flag, "ID": id_, "VALUE": value, "CDC_TIMESTAMP": when}
 
@@ -131,7 +142,9 @@ def seed_three_years(spark, workspace: Workspace):
     return table
 
 
-def test_only_touched_partitions_are_rewritten(spark, workspace: Workspace) -> None:
+def test_only_touched_partitions_are_rewritten(
+    spark, workspace: Workspace, change_set_size: str
+) -> None:
     table = seed_three_years(spark, workspace)
     final = workspace.paths("orders").final
     before = files_by_partition(final, "CREATE_DATE_YEAR")
@@ -154,7 +167,9 @@ def test_only_touched_partitions_are_rewritten(spark, workspace: Workspace) -> N
     ]
 
 
-def test_key_moving_partition_leaves_its_old_partition(spark, workspace: Workspace) -> None:
+def test_key_moving_partition_leaves_its_old_partition(
+    spark, workspace: Workspace, change_set_size: str
+) -> None:
     table = seed_three_years(spark, workspace)
     final = workspace.paths("orders").final
     before = files_by_partition(final, "CREATE_DATE_YEAR")
@@ -178,7 +193,7 @@ def test_key_moving_partition_leaves_its_old_partition(spark, workspace: Workspa
 
 
 def test_key_only_delete_rewrites_the_partition_holding_the_key(
-    spark, workspace: Workspace
+    spark, workspace: Workspace, change_set_size: str
 ) -> None:
     table = seed_three_years(spark, workspace)
     final = workspace.paths("orders").final
