@@ -214,6 +214,13 @@ def read_snapshot(
     paths = [str(snapshot.path / f.path) for f in files]
     df = spark.read.schema(StructType(data_fields)).parquet(*paths)
     needs_partition = [c for c in snapshot.partition_columns if c in wanted]
+    values = {tuple(f.partition_values[c] for c in needs_partition) for f in files}
+    if needs_partition and len(values) == 1:
+        # One partition: its values are constants, no join needed.
+        for column, value in zip(needs_partition, values.pop(), strict=True):
+            constant = F.lit(partition_value_string(value)).cast(schema[column].dataType)
+            df = df.withColumn(column, constant)
+        needs_partition = []
     if needs_partition or with_file_name:
         df = df.withColumn(FILE_NAME_COLUMN, F.col("_metadata.file_name"))
     if needs_partition:
