@@ -37,6 +37,7 @@ from spark_jobs.transforms import (
 
 MAX_ATTEMPTS = 10
 ROUTE = delta.ROUTE_COLUMN  # "final" or "tombstones": which table an output row is for
+REMEMBERED = "_cdc_remembered"  # a ranked row that came from tombstones
 # Up to this many staged changes, their keys are broadcast to every join (a map-side filter of
 # final, no shuffle of its rows); above it Spark chooses (adaptive execution, shuffle joins).
 BROADCAST_CHANGES_MAX = 1_000_000
@@ -71,6 +72,7 @@ def partitions_holding_keys(
     known: set[Any],
     trust_unique: bool = True,
     broadcast: bool = True,
+    local_keys: pa.Table | None = None,
 ) -> set[Any]:
     """Partition values of the final files holding any of the keys, outside `known`.
 
@@ -83,20 +85,32 @@ def partitions_holding_keys(
     A recompute after a failed commit (`trust_unique=False`) looks up every key anyway, so a
     key that some other writer left in two partitions is found in both and healed (commits to
     final are exclusive, so this step does not leave one). `broadcast`: the keys are few enough
-    to send to every task.
+    to send to every task. `local_keys`: the same keys on the driver (at most LOCAL_KEYS_MAX),
+    whose ranges are then checked there, with no Spark job.
     """
     table = context.table
     if not final.files or table.partition_column is None:
         return set()
     spark, keys = context.spark, list(table.keys)
     column = table.partition_column
+    others = [f for f in final.files if f.partition_values.get(column) not in known]
     if known and trust_unique:
         found = delta.read_snapshot(spark, final, partitions=known, columns=keys).join(
             _small(keys_df, broadcast), on=keys, how="left_semi"
         )  # the changed keys already in the known partitions: few rows, whatever final's size
-        keys_df = keys_df.join(found, on=keys, how="left_anti")
-    others = [f for f in final.files if f.partition_values.get(column) not in known]
-    candidates = files_that_may_hold(context, final, others, keys_df)
+        if local_keys is not None:
+            found_keys = found.toArrow()  # metadata: at most LOCAL_KEYS_MAX keys
+            local_keys = local_keys.join(
+                found_keys.cast(local_keys.select(keys).schema), keys, join_type="left anti"
+            )
+        else:
+            keys_df = keys_df.join(found, on=keys, how="left_anti")
+    if local_keys is not None:
+        candidates = files_in_key_ranges(others, local_keys.select(keys))
+        if candidates:
+            keys_df = delta.local_frame(spark, local_keys.select(keys), keys_df.schema)
+    else:
+        candidates = files_that_may_hold(context, final, others, keys_df)
     if not candidates:
         return set()
     located = delta.read_snapshot(spark, final, columns=keys, with_file_name=True, files=candidates)
@@ -108,6 +122,34 @@ def partitions_holding_keys(
     )
     by_name = {f.name: f.partition_values[column] for f in candidates}
     return {by_name[row[0]] for row in names}
+
+
+def files_in_key_ranges(files: list[delta.DataFile], keys: pa.Table) -> list[delta.DataFile]:
+    """The files whose key ranges (from their statistics) contain at least one of the keys, an
+    Arrow table on the driver. A file is kept when a statistic is missing or does not compare
+    with its key column's type, and for floating-point keys (NaN order)."""
+    if keys.num_rows == 0:
+        return []
+    names = keys.column_names
+    exact = not any(pa.types.is_floating(keys[k].type) for k in names)
+    kept = []
+    for file in files:
+        if not exact or not all(k in file.min_values and k in file.max_values for k in names):
+            kept.append(file)
+            continue
+        try:
+            inside = None
+            for k in names:
+                column = keys[k]
+                low = pa.scalar(file.min_values[k], column.type)
+                high = pa.scalar(file.max_values[k], column.type)
+                part = pc.and_(pc.greater_equal(column, low), pc.less_equal(column, high))
+                inside = part if inside is None else pc.and_(inside, part)
+            if pc.any(inside).as_py():
+                kept.append(file)
+        except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError, TypeError):
+            kept.append(file)
+    return kept
 
 
 def files_that_may_hold(
@@ -166,6 +208,7 @@ def plan_rewrite(
     new_partitions: set[Any] | None,
     attempt: int = 1,
     broadcast: bool = True,
+    local_keys: pa.Table | None = None,
 ) -> Plan:
     """Rank the changes against the current rows and tombstones of their keys.
 
@@ -183,7 +226,7 @@ def plan_rewrite(
         if new_partitions is None:
             raise ValueError(f"table {table.name}: plan_rewrite needs the upserts' partitions")
         touched: set[Any] | None = new_partitions | partitions_holding_keys(
-            context, final, keys_df, new_partitions, attempt == 1, broadcast
+            context, final, keys_df, new_partitions, attempt == 1, broadcast, local_keys
         )
         final_rows = delta.read_snapshot(spark, final, partitions=touched)
     else:
@@ -198,34 +241,38 @@ def plan_rewrite(
     heal = attempt > 1
     current = final_rows if heal else final_rows.join(changed, on=keys, how="left_semi")
     candidates = (
-        changes.select(*change_columns)
-        .unionByName(_as_changes(current, change_columns, "U"))
-        .unionByName(_as_changes(remembered, change_columns, "D"))
-    )
-    winners = latest_change_per_key(candidates, keys, table.sequence_by)
-    output_columns = [c for c in change_columns if c != FLAG]
-    upserted = winners.filter(F.col(FLAG) != "D").select(*output_columns)
-    unchanged = (
-        final_rows.limit(0) if heal else final_rows.join(changed, on=keys, how="left_anti")
-    ).select(*output_columns)
-    tombstone_columns = [*keys, *table.sequence_by, *ARRIVAL]
-    new_tombstones = (
-        winners.filter(F.col(FLAG) == "D")
-        .select(*tombstone_columns)
-        .join(remembered.select(*tombstone_columns), on=tombstone_columns, how="left_anti")
-    )
-    if table.partition_column is not None:
-        # One task per partition value: one new file per touched partition, not one per task.
-        upserted = upserted.repartition(table.partition_column)
-        new_tombstones = new_tombstones.withColumn(table.partition_column, F.lit(None))
-    # Both tables' rows in one frame, written by one Spark job (the ranking runs once).
-    output = (
-        unchanged.unionByName(upserted)
-        .withColumn(ROUTE, F.lit("final"))
+        changes.select(*change_columns, F.lit(False).alias(REMEMBERED))
+        .unionByName(_as_changes(current, change_columns, "U").withColumn(REMEMBERED, F.lit(False)))
         .unionByName(
-            new_tombstones.withColumn(ROUTE, F.lit("tombstones")), allowMissingColumns=True
+            _as_changes(remembered, change_columns, "D").withColumn(REMEMBERED, F.lit(True))
         )
     )
+    # A tie (the same delete staged again and already remembered) goes to the remembered copy,
+    # so a delete that wins is new exactly when it is not a remembered one.
+    winners = latest_change_per_key(
+        candidates, keys, table.sequence_by, tiebreak=[F.col(REMEMBERED).desc()]
+    )
+    is_delete = F.col(FLAG) == "D"
+    output_columns = [c for c in change_columns if c != FLAG]
+    tombstone_columns = {*keys, *table.sequence_by, *ARRIVAL}
+    # One ranking feeds both tables: the upserts go to final, the new deletes to tombstones
+    # (with their other columns null).
+    ranked = winners.filter(~is_delete | ~F.col(REMEMBERED)).select(
+        *[
+            F.col(c) if c in tombstone_columns else F.when(~is_delete, F.col(c)).alias(c)
+            for c in output_columns
+        ],
+        F.when(is_delete, F.lit("tombstones")).otherwise(F.lit("final")).alias(ROUTE),
+    )
+    if table.partition_column is not None:
+        # One task per partition value: one new file per touched partition, not one per task
+        # (the new tombstones, partition null, in one more).
+        ranked = ranked.repartition(table.partition_column)
+    unchanged = (
+        final_rows.limit(0) if heal else final_rows.join(changed, on=keys, how="left_anti")
+    ).select(*output_columns, F.lit("final").alias(ROUTE))
+    # Both tables' rows in one frame, written by one Spark job.
+    output = unchanged.unionByName(ranked)
     return Plan(touched, output)
 
 
@@ -263,9 +310,11 @@ def apply_changes(context: StepContext, changes: DataFrame, report: StepReport) 
     evolve_to_staging(context, staging_schema, report)
     broadcast = report.counts["changes"] <= BROADCAST_CHANGES_MAX
     new_partitions: set[Any] | None = None
+    local_keys: pa.Table | None = None
     local = report.counts["changes"] <= LOCAL_KEYS_MAX
     if local:
-        keys_df, report.counts["keys"], new_partitions = changed_keys_on_driver(context, changes)
+        keys_df, local_keys, new_partitions = changed_keys_on_driver(context, changes)
+        report.counts["keys"] = local_keys.num_rows
     else:
         keys_df = changes.select(*table.keys).distinct().persist()
         new_partitions = upsert_partitions(table, changes)
@@ -281,7 +330,15 @@ def apply_changes(context: StepContext, changes: DataFrame, report: StepReport) 
             final = delta.load_snapshot(paths.final)
             tombstones = delta.load_snapshot(paths.tombstones)  # after final: see the run order
             plan = plan_rewrite(
-                context, changes, keys_df, final, tombstones, new_partitions, attempt, broadcast
+                context,
+                changes,
+                keys_df,
+                final,
+                tombstones,
+                new_partitions,
+                attempt,
+                broadcast,
+                local_keys,
             )
             run_id = delta.new_run_id()
             written = delta.write_routed(plan.output, routes, run_id, table.zorder_by)
@@ -349,8 +406,8 @@ def upsert_partitions(table: TableConfig, changes: DataFrame) -> set[Any] | None
 
 def changed_keys_on_driver(
     context: StepContext, changes: DataFrame
-) -> tuple[DataFrame, int, set[Any] | None]:
-    """The distinct changed keys as a local relation, their count, and the partition values of
+) -> tuple[DataFrame, pa.Table, set[Any] | None]:
+    """The distinct changed keys as a local relation and as Arrow, and the partition values of
     the changes other than deletes (None: unpartitioned), from one Spark job.
 
     For at most LOCAL_KEYS_MAX changes: the keys then reach every join from the driver, with no
@@ -369,7 +426,7 @@ def changed_keys_on_driver(
         if pa.types.is_timestamp(values.type) and values.type.tz is not None:
             values = values.cast(pa.timestamp(values.type.unit))  # naive UTC, as Spark collects
         partitions = set(values.to_pylist())
-    return keys_df, distinct.num_rows, partitions
+    return keys_df, distinct, partitions
 
 
 def append_inserts(context: StepContext, changes: DataFrame, report: StepReport) -> None:

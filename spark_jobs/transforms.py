@@ -138,14 +138,19 @@ def arrival_order() -> list[Column]:
 
 
 def latest_change_per_key(
-    changes: DataFrame, keys: Sequence[str], sequence_by: Sequence[str]
+    changes: DataFrame,
+    keys: Sequence[str],
+    sequence_by: Sequence[str],
+    tiebreak: Sequence[Column] = (),
 ) -> DataFrame:
-    """The latest change of every key: ROW_NUMBER over keys ORDER BY sequence_by DESC, arrival DESC."""
+    """The latest change of every key: ROW_NUMBER over keys ORDER BY sequence_by DESC, arrival
+    DESC (then `tiebreak`, for copies of the same change)."""
     order = [F.col(c).desc() for c in sequence_by] + arrival_order()
     if FLAG in changes.columns:
         # Equal sequence and arrival means the same change seen twice (staged and in final):
         # any copy is right, but the choice is made deterministic.
         order.append(F.col(FLAG).desc())
+    order.extend(tiebreak)
     window = Window.partitionBy(*[F.col(k) for k in keys]).orderBy(*order)
     return (
         changes.withColumn("_cdc_rank", F.row_number().over(window))
