@@ -192,8 +192,9 @@ def read_snapshot(
     """The snapshot's rows (optionally only some partitions, files and columns) with partition
     values.
 
-    Delta data files do not hold partition values; they come from the log, joined on each
-    row's file name (a small broadcast map of metadata, not row data).
+    Delta data files do not hold partition values; they come from the log: as constants when
+    every file read is in one partition, else joined on each row's file name (a small
+    broadcast map of metadata, not row data).
     """
     if snapshot.schema is None:
         raise ValueError(f"no Delta table at {snapshot.path}")

@@ -410,7 +410,8 @@ def read_json_changes(spark: SparkSession, table: TableConfig, lines: DataFrame)
         )
         .persist()
     )
-    kinds = {r[KIND]: int(r["count"]) for r in parsed.groupBy(KIND).count().collect()}  # metadata
+    counts = parsed.groupBy(KIND).count().collect()  # metadata: a count per kind
+    kinds = {r[KIND]: int(r["count"]) for r in counts}
     ignored = {
         "transaction_markers": kinds.get("transaction", 0),
         "tombstones_skipped": kinds.get("tombstone", 0),

@@ -85,8 +85,8 @@ def partitions_holding_keys(
     A recompute after a failed commit (`trust_unique=False`) looks up every key anyway, so a
     key that some other writer left in two partitions is found in both and healed (commits to
     final are exclusive, so this step does not leave one). `broadcast`: the keys are few enough
-    to send to every task. `local_keys`: the same keys on the driver (at most LOCAL_KEYS_MAX),
-    whose ranges are then checked there, with no Spark job.
+    to send to every task. `local_keys`: the same keys on the driver (at most LOCAL_KEYS_MAX,
+    the key columns only), whose ranges are then checked there, with no Spark job.
     """
     table = context.table
     if not final.files or table.partition_column is None:
@@ -101,14 +101,14 @@ def partitions_holding_keys(
         if local_keys is not None:
             found_keys = found.toArrow()  # metadata: at most LOCAL_KEYS_MAX keys
             local_keys = local_keys.join(
-                found_keys.cast(local_keys.select(keys).schema), keys, join_type="left anti"
+                found_keys.cast(local_keys.schema), keys, join_type="left anti"
             )
         else:
             keys_df = keys_df.join(found, on=keys, how="left_anti")
     if local_keys is not None:
-        candidates = files_in_key_ranges(others, local_keys.select(keys))
+        candidates = files_in_key_ranges(others, local_keys)
         if candidates:
-            keys_df = delta.local_frame(spark, local_keys.select(keys), keys_df.schema)
+            keys_df = delta.local_frame(spark, local_keys, keys_df.schema)
     else:
         candidates = files_that_may_hold(context, final, others, keys_df)
     if not candidates:
@@ -309,7 +309,6 @@ def apply_changes(context: StepContext, changes: DataFrame, report: StepReport) 
     delta.ensure_table(paths.tombstones, tombstone_schema(staging_schema, table), [])
     evolve_to_staging(context, staging_schema, report)
     broadcast = report.counts["changes"] <= BROADCAST_CHANGES_MAX
-    new_partitions: set[Any] | None = None
     local_keys: pa.Table | None = None
     local = report.counts["changes"] <= LOCAL_KEYS_MAX
     if local:
@@ -439,11 +438,10 @@ def append_inserts(context: StepContext, changes: DataFrame, report: StepReport)
     fresh_candidates = latest_arrival_per_key_and_sequence(
         changes, table.keys, table.sequence_by
     ).drop(FLAG)
-    partitions = (
-        {row[0] for row in changes.select(table.partition_column).distinct().collect()}  # metadata
-        if table.partition_column
-        else None
-    )
+    partitions = None
+    if table.partition_column:
+        values = changes.select(table.partition_column).distinct()
+        partitions = {row[0] for row in values.collect()}  # metadata: partition values
     for attempt in range(1, MAX_ATTEMPTS + 1):
         final = delta.load_snapshot(paths.final)
         existing = delta.read_snapshot(spark, final, partitions=partitions, columns=identity)
