@@ -139,6 +139,13 @@ class TableConfig(BaseModel):
         default=None,
         description="Name of the partition column, required with partition_expression.",
     )
+    partition_stable: bool = Field(
+        default=False,
+        description="A key's partition value never changes (the partition expression is over "
+        "columns a key keeps, such as its creation date): overwrite-final then looks up where a "
+        "key lives only for deletes that carry only the key. A key that moved anyway would stay "
+        "in its old partition too.",
+    )
     insert_only: bool = Field(
         default=False, description="Append each (key, sequence) once; never update or delete."
     )
@@ -265,6 +272,8 @@ class TableConfig(BaseModel):
                 problems.append("zorder_by: cannot include the partition column")
         if self.partition_expression is not None and not self.partition_expression.strip():
             problems.append("partition_expression: must not be empty")
+        if self.partition_stable and self.partition_column is None:
+            problems.append("partition_stable: needs partition_expression and partition_column")
         for field_name in (
             "schedule",
             "optimize_schedule",

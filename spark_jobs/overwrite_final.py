@@ -58,6 +58,25 @@ def tombstone_schema(staging_schema: StructType, table: TableConfig) -> StructTy
 
 
 @dataclass
+class ChangedKeys:
+    """The interval's distinct changed keys and what the changes say about where they live."""
+
+    frame: DataFrame  # every distinct changed key (a local relation, or cached)
+    local: pa.Table | None  # the same keys on the driver (at most LOCAL_KEYS_MAX changes)
+    partitions: set[Any] | None  # partition values the changes write to (None: unpartitioned)
+    lookup: DataFrame  # the keys whose current partition must be looked up in final
+    lookup_local: pa.Table | None  # the same on the driver, with `local`
+    broadcast: bool  # few enough to send to every task
+
+    def release(self) -> None:
+        """Drop the cached frames (the Spark path)."""
+        if self.local is None:
+            self.frame.unpersist()
+            if self.lookup is not self.frame:
+                self.lookup.unpersist()
+
+
+@dataclass
 class Plan:
     """What one attempt will write: the touched partitions and the rows replacing them."""
 
@@ -90,6 +109,8 @@ def partitions_holding_keys(
     """
     table = context.table
     if not final.files or table.partition_column is None:
+        return set()
+    if local_keys is not None and local_keys.num_rows == 0:
         return set()
     spark, keys = context.spark, list(table.keys)
     column = table.partition_column
@@ -202,44 +223,53 @@ def _as_changes(frame: DataFrame, columns: Sequence[str], flag: str) -> DataFram
 def plan_rewrite(
     context: StepContext,
     changes: DataFrame,
-    keys_df: DataFrame,
+    changed: ChangedKeys,
     final: delta.Snapshot,
     tombstones: delta.Snapshot,
-    new_partitions: set[Any] | None,
     attempt: int = 1,
-    broadcast: bool = True,
-    local_keys: pa.Table | None = None,
 ) -> Plan:
     """Rank the changes against the current rows and tombstones of their keys.
 
     Only the changed keys are ranked (a shuffle the size of the change set); the other rows of
-    the touched partitions are copied through a map-side anti join (`broadcast`: the keys are
-    few enough to send to every task), without a shuffle or sort. `attempt` > 1 is a recompute
-    after another commit landed first: it looks up every key and ranks every row of the
-    touched partitions, so it also heals any key left twice there. `new_partitions`: the
-    partition values of the changes other than deletes (None: final is unpartitioned).
+    the touched partitions are copied through a map-side anti join (broadcast keys when they
+    are few enough), without a shuffle or sort. `attempt` > 1 is a recompute after another
+    commit landed first: it looks up every key and ranks every row of the touched partitions,
+    so it also heals any key left twice there.
     """
     spark, table = context.spark, context.table
     keys = list(table.keys)
     change_columns = changes.columns
+    keys_df, broadcast = changed.frame, changed.broadcast
     if table.partition_column is not None:
-        if new_partitions is None:
-            raise ValueError(f"table {table.name}: plan_rewrite needs the upserts' partitions")
-        touched: set[Any] | None = new_partitions | partitions_holding_keys(
-            context, final, keys_df, new_partitions, attempt == 1, broadcast, local_keys
-        )
+        if changed.partitions is None:
+            raise ValueError(f"table {table.name}: plan_rewrite needs the changes' partitions")
+        if attempt == 1:
+            held = partitions_holding_keys(
+                context,
+                final,
+                changed.lookup,
+                changed.partitions,
+                True,
+                broadcast,
+                changed.lookup_local,
+            )
+        else:
+            held = partitions_holding_keys(
+                context, final, keys_df, changed.partitions, False, broadcast, changed.local
+            )
+        touched: set[Any] | None = changed.partitions | held
         final_rows = delta.read_snapshot(spark, final, partitions=touched)
     else:
         touched = None
         final_rows = delta.read_snapshot(spark, final)
-    changed = _small(keys_df, broadcast)
-    remembered = delta.read_snapshot(spark, tombstones).join(changed, on=keys, how="left_semi")
+    small_keys = _small(keys_df, broadcast)
+    remembered = delta.read_snapshot(spark, tombstones).join(small_keys, on=keys, how="left_semi")
     # Every current row of a changed key is ranked, so a key left twice in the touched
     # partitions comes out once. A recompute (a commit landed before ours) ranks every row of
     # them: cheap insurance against rows doubled by a writer that is not this step, such as an
     # OPTIMIZE racing an overwrite that was not exclusive.
     heal = attempt > 1
-    current = final_rows if heal else final_rows.join(changed, on=keys, how="left_semi")
+    current = final_rows if heal else final_rows.join(small_keys, on=keys, how="left_semi")
     candidates = (
         changes.select(*change_columns, F.lit(False).alias(REMEMBERED))
         .unionByName(_as_changes(current, change_columns, "U").withColumn(REMEMBERED, F.lit(False)))
@@ -269,7 +299,7 @@ def plan_rewrite(
         # (the new tombstones, partition null, in one more).
         ranked = ranked.repartition(table.partition_column)
     unchanged = (
-        final_rows.limit(0) if heal else final_rows.join(changed, on=keys, how="left_anti")
+        final_rows.limit(0) if heal else final_rows.join(small_keys, on=keys, how="left_anti")
     ).select(*output_columns, F.lit("final").alias(ROUTE))
     # Both tables' rows in one frame, written by one Spark job.
     output = unchanged.unionByName(ranked)
@@ -309,36 +339,30 @@ def apply_changes(context: StepContext, changes: DataFrame, report: StepReport) 
     delta.ensure_table(paths.tombstones, tombstone_schema(staging_schema, table), [])
     evolve_to_staging(context, staging_schema, report)
     broadcast = report.counts["changes"] <= BROADCAST_CHANGES_MAX
-    local_keys: pa.Table | None = None
-    local = report.counts["changes"] <= LOCAL_KEYS_MAX
-    if local:
-        keys_df, local_keys, new_partitions = changed_keys_on_driver(context, changes)
-        report.counts["keys"] = local_keys.num_rows
+    if report.counts["changes"] <= LOCAL_KEYS_MAX:
+        changed = changed_keys_on_driver(context, changes, broadcast)
     else:
-        keys_df = changes.select(*table.keys).distinct().persist()
-        new_partitions = upsert_partitions(table, changes)
+        changed = changed_keys_in_spark(context, changes, broadcast)
     routes = {
         "final": (paths.final, partition_by, final_schema(staging_schema).fieldNames()),
         "tombstones": (paths.tombstones, [], tombstone_schema(staging_schema, table).fieldNames()),
     }
     tombstones_added = 0
     try:
-        if not local:
-            report.counts["keys"] = keys_df.count()  # also caches the keys the joins below use
+        if changed.local is not None and changed.lookup_local is not None:
+            report.counts["keys"] = changed.local.num_rows
+            report.counts["keys_looked_up"] = changed.lookup_local.num_rows
+        else:
+            report.counts["keys"] = changed.frame.count()  # also caches the keys for the joins
+            report.counts["keys_looked_up"] = (
+                changed.lookup.count()
+                if changed.lookup is not changed.frame
+                else report.counts["keys"]
+            )
         for attempt in range(1, MAX_ATTEMPTS + 1):
             final = delta.load_snapshot(paths.final)
             tombstones = delta.load_snapshot(paths.tombstones)  # after final: see the run order
-            plan = plan_rewrite(
-                context,
-                changes,
-                keys_df,
-                final,
-                tombstones,
-                new_partitions,
-                attempt,
-                broadcast,
-                local_keys,
-            )
+            plan = plan_rewrite(context, changes, changed, final, tombstones, attempt)
             run_id = delta.new_run_id()
             written = delta.write_routed(plan.output, routes, run_id, table.zorder_by)
             new_final, new_tombstones = written["final"], written["tombstones"]
@@ -390,42 +414,67 @@ def apply_changes(context: StepContext, changes: DataFrame, report: StepReport) 
                 "nothing was lost, run the step again"
             )
     finally:
-        if not local:
-            keys_df.unpersist()
+        changed.release()
     report.counts.update(tombstones_added=tombstones_added, attempts=attempt)
 
 
-def upsert_partitions(table: TableConfig, changes: DataFrame) -> set[Any] | None:
-    """The partition values of the changes other than deletes (None: unpartitioned), by Spark."""
-    if table.partition_column is None:
-        return None
-    upserts = changes.filter(F.col(FLAG) != "D").select(table.partition_column).distinct()
-    return {row[0] for row in upserts.collect()}  # metadata: partition values
+def changed_keys_in_spark(context: StepContext, changes: DataFrame, broadcast: bool) -> ChangedKeys:
+    """The changed keys as cached Spark frames, for change sets above LOCAL_KEYS_MAX."""
+    table = context.table
+    keys, column = list(table.keys), table.partition_column
+    frame = changes.select(*keys).distinct().persist()
+    if column is None:
+        return ChangedKeys(frame, None, None, frame, None, broadcast)
+    placed = changes if table.partition_stable else changes.filter(F.col(FLAG) != "D")
+    values = placed.select(column).distinct().collect()  # metadata: partition values
+    partitions = {row[0] for row in values if row[0] is not None}
+    if not table.partition_stable:
+        return ChangedKeys(frame, None, partitions, frame, None, broadcast)
+    # A stable key lives in the partition any of its changes names: only the keys with no such
+    # change (key-only deletes) are looked up.
+    lookup = (
+        changes.groupBy(*keys)
+        .agg(F.max(F.col(column).isNotNull().cast("int")).alias("__placed"))
+        .filter(F.col("__placed") == 0)
+        .select(*keys)
+        .persist()
+    )
+    return ChangedKeys(frame, None, partitions, lookup, None, broadcast)
 
 
 def changed_keys_on_driver(
-    context: StepContext, changes: DataFrame
-) -> tuple[DataFrame, pa.Table, set[Any] | None]:
-    """The distinct changed keys as a local relation and as Arrow, and the partition values of
-    the changes other than deletes (None: unpartitioned), from one Spark job.
+    context: StepContext, changes: DataFrame, broadcast: bool
+) -> ChangedKeys:
+    """The changed keys as local relations and as Arrow, and their partitions, from one Spark
+    job over the changes.
 
     For at most LOCAL_KEYS_MAX changes: the keys then reach every join from the driver, with no
-    job to cache or broadcast them.
+    job to cache or broadcast them, and their key ranges are checked there.
     """
-    table = context.table
+    table, spark = context.table, context.spark
     keys, column = list(table.keys), table.partition_column
     wanted = changes.select(*keys, *([column] if column else []), FLAG)
     summary = wanted.toArrow()  # metadata: at most LOCAL_KEYS_MAX rows of keys and flags
     distinct = summary.select(keys).group_by(keys).aggregate([])
-    keys_df = delta.local_frame(context.spark, distinct, changes.select(*keys).schema)
-    partitions = None
-    if column is not None:
-        upserts = summary.filter(pc.not_equal(summary[FLAG], "D"))
-        values = pc.unique(upserts[column])
-        if pa.types.is_timestamp(values.type) and values.type.tz is not None:
-            values = values.cast(pa.timestamp(values.type.unit))  # naive UTC, as Spark collects
-        partitions = set(values.to_pylist())
-    return keys_df, distinct, partitions
+    schema = changes.select(*keys).schema
+    frame = delta.local_frame(spark, distinct, schema)
+    if column is None:
+        return ChangedKeys(frame, distinct, None, frame, distinct, broadcast)
+    stable = table.partition_stable
+    placed = summary if stable else summary.filter(pc.not_equal(summary[FLAG], "D"))
+    values = pc.unique(placed[column]).drop_null()
+    if pa.types.is_timestamp(values.type) and values.type.tz is not None:
+        values = values.cast(pa.timestamp(values.type.unit))  # naive UTC, as Spark collects
+    partitions = set(values.to_pylist())
+    if not stable:
+        return ChangedKeys(frame, distinct, partitions, frame, distinct, broadcast)
+    # A stable key lives in the partition any of its changes names: only the keys with no such
+    # change (key-only deletes) are looked up.
+    placed_keys = summary.filter(pc.is_valid(summary[column])).select(keys)
+    lookup = distinct.join(placed_keys.group_by(keys).aggregate([]), keys, join_type="left anti")
+    return ChangedKeys(
+        frame, distinct, partitions, delta.local_frame(spark, lookup, schema), lookup, broadcast
+    )
 
 
 def append_inserts(context: StepContext, changes: DataFrame, report: StepReport) -> None:

@@ -444,6 +444,56 @@ def test_json_customers_story_of_seed_000(spark, workspace: Workspace) -> None:
     assert table_rows(paths.tombstones, ["ID", "SEQ"]) == [("id1", 4)]
 
 
+def test_partition_stable_looks_up_only_key_only_deletes(
+    spark, workspace: Workspace, change_set_size: str
+) -> None:
+    """With partition_stable, a change that names its partition (an upsert, or a delete with
+    the row image) is trusted to find its key there; only key-only deletes are looked up."""
+    table = workspace.configure({**YEARLY, "partition_stable": True})["orders"]
+    paths = workspace.paths("orders")
+    # Five years, one file each; order ids 1xx in 2020, 2xx in 2021, ... 5xx in 2024.
+    first = [
+        order("I", year * 100 + n, 1, f"01/0{n}/{2019 + year}", "1.00", "2024-01-01 00:00:00")
+        for year in (1, 2, 3, 4, 5)
+        for n in (1, 2)
+    ]
+    workspace.land("orders", "2024-01-01T00", "a.csv", first)
+    _, applied = run(spark, workspace, table, "2024-01-01T00", "2024-01-01T01")
+    assert (applied.counts["keys"], applied.counts["keys_looked_up"]) == (10, 0)
+    before = files_by_partition(paths.final, "CREATE_DATE_YEAR")
+    workspace.land(
+        "orders",
+        "2024-01-01T01",
+        "a.csv",
+        [
+            order("U", 202, 1, "01/02/2021", "2.00", "2024-01-01 01:00:00"),  # in 2021
+            order("D", 101, 1, None, None, "2024-01-01 01:00:00"),  # key only: looked up
+            order("D", 302, 1, "01/02/2022", "1.00", "2024-01-01 01:00:00"),  # row image: 2022
+            order("I", 999, 1, "01/01/2025", "9.00", "2024-01-01 01:00:00"),  # new, in 2025
+            order("D", 888, 1, None, None, "2024-01-01 01:00:00"),  # key only, never existed
+        ],
+    )
+    _, applied = run(spark, workspace, table, "2024-01-01T01", "2024-01-01T02")
+    assert (applied.counts["keys"], applied.counts["keys_looked_up"]) == (5, 2)
+    # 2021 (update), 2020 (found for 101), 2022 (the delete's image), 2025 (insert).
+    assert applied.counts["partitions_rewritten"] == 4
+    after = files_by_partition(paths.final, "CREATE_DATE_YEAR")
+    assert after[2023] == before[2023] and after[2024] == before[2024]
+    assert after[2020].isdisjoint(before[2020]) and after[2022].isdisjoint(before[2022])
+    assert table_rows(paths.final, ["ORDER_ID", "AMOUNT", "CREATE_DATE_YEAR"]) == [
+        (102, Decimal("1.00"), 2020),
+        (201, Decimal("1.00"), 2021),
+        (202, Decimal("2.00"), 2021),
+        (301, Decimal("1.00"), 2022),
+        (401, Decimal("1.00"), 2023),
+        (402, Decimal("1.00"), 2023),
+        (501, Decimal("1.00"), 2024),
+        (502, Decimal("1.00"), 2024),
+        (999, Decimal("9.00"), 2025),
+    ]
+    assert table_rows(paths.tombstones, ["ORDER_ID"]) == [(101,), (302,), (888,)]
+
+
 def test_moved_key_lookup_reads_only_files_whose_key_range_can_hold_it(
     spark, workspace: Workspace
 ) -> None:

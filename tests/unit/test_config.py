@@ -125,6 +125,15 @@ def test_partition_expression_needs_partition_column() -> None:
     ]
 
 
+def test_partition_stable_needs_a_partition() -> None:
+    assert problems({**GOOD, "partition_stable": True}) == [
+        "table orders: partition_stable: needs partition_expression and partition_column"
+    ]
+    stable = {**GOOD, "partition_expression": "year(TS)", "partition_column": "Y"}
+    assert problems({**stable, "partition_stable": True}) == []
+    assert parse_config({"tables": [stable]}).tables["orders"].partition_stable is False
+
+
 def test_partition_column_must_not_clash_with_a_column() -> None:
     assert problems({**GOOD, "partition_expression": "year(TS)", "partition_column": "ID"}) == [
         "table orders: partition_column: 'ID' clashes with a declared column"
