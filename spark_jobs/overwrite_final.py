@@ -99,7 +99,8 @@ def partitions_holding_keys(
     write to, rewritten anyway) is nowhere else: only the other keys (new keys, keys that
     moved, key-only deletes) are looked up, and only in the files whose key statistics (min and
     max of each key column, written with every file) can hold one of them. New keys above
-    every file's range, the common case, read no file at all.
+    every file's range, the common case, read no file at all; with the keys on the driver, a
+    change set that no file outside `known` can hold does not even read the known partitions.
 
     A recompute after a failed commit (`trust_unique=False`) looks up every key anyway, so a
     key that some other writer left in two partitions is found in both and healed (commits to
@@ -115,6 +116,11 @@ def partitions_holding_keys(
     spark, keys = context.spark, list(table.keys)
     column = table.partition_column
     others = [f for f in final.files if f.partition_values.get(column) not in known]
+    if local_keys is not None:
+        # No file outside the known partitions can hold any of the keys: nothing to look up.
+        others = files_in_key_ranges(others, local_keys)
+        if not others:
+            return set()
     if known and trust_unique:
         found = delta.read_snapshot(spark, final, partitions=known, columns=keys).join(
             _small(keys_df, broadcast), on=keys, how="left_semi"

@@ -531,6 +531,24 @@ def test_moved_key_lookup_reads_only_files_whose_key_range_can_hold_it(
     assert years(files_that_may_hold(ctx, final, final.files, keys(102))) == {2020}
     # 202 moves to 2020 (rewritten anyway), 103 is found there: only 2021 is added.
     assert partitions_holding_keys(ctx, final, keys(202, 103, 999), {2020}) == {2021}
+    # The same with the keys on the driver; when no file outside the known partitions can hold
+    # any key (103 is in 2020's range, 999 in none), no Spark job runs at all.
+    import pyarrow as pa
+
+    def local(*ids: int) -> pa.Table:
+        return pa.table({"ORDER_ID": pa.array(ids, pa.int64()), "LINE_NO": [1] * len(ids)})
+
+    assert partitions_holding_keys(
+        ctx, final, keys(202, 103, 999), {2020}, local_keys=local(202, 103, 999)
+    ) == {2021}
+    probe = keys(103, 999)
+    spark.sparkContext.setJobGroup("lookup-probe", "lookup-probe")
+    try:
+        found = partitions_holding_keys(ctx, final, probe, {2020}, local_keys=local(103, 999))
+        jobs = spark.sparkContext.statusTracker().getJobIdsForGroup("lookup-probe")
+    finally:
+        spark.sparkContext.setLocalProperty("spark.jobGroup.id", None)  # type: ignore[arg-type]
+    assert (found, jobs) == (set(), [])
     # The same through a run: the move leaves 2021, the new order touches 2023 only.
     workspace.land(
         "orders",
