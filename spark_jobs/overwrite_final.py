@@ -111,13 +111,12 @@ def partitions_holding_keys(
     table = context.table
     if not final.files or table.partition_column is None:
         return set()
-    if local_keys is not None and local_keys.num_rows == 0:
-        return set()
     spark, keys = context.spark, list(table.keys)
     column = table.partition_column
     others = [f for f in final.files if f.partition_values.get(column) not in known]
     if local_keys is not None:
-        # No file outside the known partitions can hold any of the keys: nothing to look up.
+        # No file outside the known partitions can hold any of the keys (or there are no
+        # keys): nothing to look up.
         others = files_in_key_ranges(others, local_keys)
         if not others:
             return set()
