@@ -65,6 +65,18 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument(
         "--repeats", type=int, default=None, help="runs of overwrite-final and MERGE (3): median"
     )
+    bench.add_argument(
+        "--key-layout",
+        choices=["ordered", "spread"],
+        default=None,
+        help="ordered: the key is the row id (narrow file key ranges); spread: a scrambled id, "
+        "like a hash or UUID key, that file statistics cannot prune (ordered)",
+    )
+    bench.add_argument(
+        "--partition-stable",
+        action="store_true",
+        help="declare the table partition_stable (the change set then moves no key)",
+    )
     bench.add_argument("--output", type=Path, default=None, help="results folder (bench-results)")
     bench.add_argument("--smoke", action="store_true", help="tiny sizes: the harness in seconds")
     demo = commands.add_parser("demo", help="generate sample change sets and apply them")
@@ -165,6 +177,8 @@ def run_bench_command(namespace: argparse.Namespace) -> int:
                 ("key_width", namespace.key_width),
                 ("changes", namespace.changes),
                 ("repeats", namespace.repeats),
+                ("key_layout", namespace.key_layout),
+                ("partition_stable", namespace.partition_stable or None),
             )
             if value is not None
         }

@@ -68,6 +68,11 @@ class BenchSpec:
     output: Path = Path("bench-results")
     warm_up: bool = True  # a small throwaway case first (JIT, caches)
     repeats: int = 3  # overwrite_final and MERGE run this often, each on a fresh copy: median
+    # "ordered": K1 is the row id, so each file's key range is narrow and new keys lie above
+    # every range; "spread": K1 is a bijective scramble of the id (a hash or UUID-like key), so
+    # every file's range covers the whole key space and statistics prune nothing.
+    key_layout: str = "ordered"
+    partition_stable: bool = False  # declare the table partition_stable; the changes move no key
 
     @classmethod
     def smoke(cls, output: Path) -> BenchSpec:
@@ -99,12 +104,24 @@ def bench_table(spec: BenchSpec) -> TableConfig:
         sequence_by=["TS"],
         partition_expression="REGION",
         partition_column="REGION_P",
+        partition_stable=spec.partition_stable,
     )
 
 
-def _key_columns(ids: Any, width: int) -> list[Any]:
-    """K1 is the id; further key columns are derived from it (a composite, still unique key)."""
-    return [ids.alias("K1"), *[(ids * i % 9973).alias(f"K{i}") for i in range(2, width + 1)]]
+SPREAD_MULTIPLIER = 2654435761  # odd: multiplying modulo 2^40 is a bijection on 0 .. 2^40-1
+SPREAD_MASK = (1 << 40) - 1
+
+
+def _key_columns(ids: Any, spec: BenchSpec) -> list[Any]:
+    """K1 is the id, or a scramble of it (`key_layout` "spread"); further key columns are
+    derived from the id (a composite, still unique key)."""
+    first = ids
+    if spec.key_layout == "spread":
+        first = (ids * F.lit(SPREAD_MULTIPLIER)).bitwiseAND(F.lit(SPREAD_MASK))
+    return [
+        first.alias("K1"),
+        *[(ids * i % 9973).alias(f"K{i}") for i in range(2, spec.key_width + 1)],
+    ]
 
 
 def base_rows(spark: SparkSession, spec: BenchSpec, rows: int) -> DataFrame:
@@ -112,7 +129,7 @@ def base_rows(spark: SparkSession, spec: BenchSpec, rows: int) -> DataFrame:
     ids = F.col("id")
     region = (ids % spec.partitions).cast("int")
     return spark.range(rows).select(
-        *_key_columns(ids, spec.key_width),
+        *_key_columns(ids, spec),
         region.alias("REGION"),
         (ids * 7).alias("V1"),
         F.concat(F.lit("value-"), ids.cast("string")).alias("V2"),
@@ -127,8 +144,9 @@ def base_rows(spark: SparkSession, spec: BenchSpec, rows: int) -> DataFrame:
 
 def change_rows(spark: SparkSession, spec: BenchSpec, rows: int, touched: int) -> DataFrame:
     """One change set, all in partitions 0..touched-1: 85% updates, 5% partition moves (to
-    another touched partition), 5% inserts, 5% key-only deletes, each key once. Its size is
-    capped by the keys the x1 table has in those partitions, so every size gets the same set."""
+    another touched partition; plain updates when `partition_stable`), 5% inserts, 5%
+    key-only deletes, each key once. Its size is capped by the keys the x1 table has in those
+    partitions, so every size gets the same set."""
     in_touched = max(1, spec.rows // spec.partitions) * touched
     count = min(spec.changes, in_touched)
     n = F.col("id")
@@ -137,12 +155,12 @@ def change_rows(spark: SparkSession, spec: BenchSpec, rows: int, touched: int) -
     kind = n % 20
     is_insert = kind == 18
     is_delete = kind == 19
-    is_move = kind == 17
+    is_move = (kind == 17) & F.lit(not spec.partition_stable)
     ids = F.when(is_insert, F.lit(rows) + n * spec.partitions + n % touched).otherwise(key)
     region = (ids % spec.partitions).cast("int")
     moved = ((region + 1) % touched).cast("int")
     return spark.range(count).select(
-        *_key_columns(ids, spec.key_width),
+        *_key_columns(ids, spec),
         F.when(is_delete, F.lit(None)).when(is_move, moved).otherwise(region).alias("REGION"),
         F.when(is_delete, F.lit(None)).otherwise(ids * 7 + 1).alias("V1"),
         F.when(is_delete, F.lit(None))
@@ -468,7 +486,9 @@ def plot(result: dict[str, Any], target: Path) -> None:
     left.set(
         xlabel="touched partitions (%)",
         ylabel="seconds",
-        title=f"{spec['rows']:,} rows, {spec['changes']:,} changes",
+        title=f"{spec['rows']:,} rows, {spec['changes']:,} changes"
+        + (", spread keys" if spec.get("key_layout") == "spread" else "")
+        + (", partition_stable" if spec.get("partition_stable") else ""),
     )
     right.set(xlabel="table rows (millions)", ylabel="seconds", title="same change set")
     for axis in (left, right):
