@@ -142,9 +142,9 @@ class TableConfig(BaseModel):
     partition_stable: bool = Field(
         default=False,
         description="A key's partition value never changes (the partition expression is over "
-        "columns a key keeps, such as its creation date): overwrite-final then looks up where a "
-        "key lives only for deletes that carry only the key. A key that moved anyway would stay "
-        "in its old partition too.",
+        "columns a key keeps, such as its creation date): overwrite-final then trusts the "
+        "partition an insert or update names and looks up where a key lives only for keys with "
+        "a delete. An update that moved a key anyway would leave its old row in place too.",
     )
     insert_only: bool = Field(
         default=False, description="Append each (key, sequence) once; never update or delete."

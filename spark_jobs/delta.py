@@ -147,7 +147,9 @@ def load_snapshot(path: Path) -> Snapshot:
         DataFile(
             path=unquote(row["path"]),
             size=int(row["size_bytes"]),
-            partition_values={c: row.get(f"partition.{c}") for c in partition_columns},
+            partition_values={
+                c: canonical_partition_value(row.get(f"partition.{c}")) for c in partition_columns
+            },
             num_records=row.get("num_records"),
             min_values={k[4:]: v for k, v in row.items() if k.startswith("min.") and v is not None},
             max_values={k[4:]: v for k, v in row.items() if k.startswith("max.") and v is not None},
@@ -254,6 +256,24 @@ def local_frame(
     return spark.createDataFrame(table).select(
         *[F.col(f.name).cast(f.dataType) for f in schema.fields]
     )
+
+
+def canonical_partition_value(value: Any) -> Any:
+    """A partition value in the one form every comparison uses: a timestamp as a naive UTC
+    datetime (the log and Arrow give aware ones, and a naive and an aware datetime are never
+    equal), anything else as it is."""
+    if isinstance(value, datetime) and value.tzinfo is not None:
+        return value.astimezone(UTC).replace(tzinfo=None)
+    return value
+
+
+def partition_values_of(frame: DataFrame, column: str) -> set[Any]:
+    """The distinct values of `column` in `frame`, in canonical form (None included).
+
+    Through Arrow, not `collect()`: Spark's Python rows turn timestamps into the local time of
+    the Python process."""
+    values = frame.select(column).distinct().toArrow()  # metadata: partition values
+    return {canonical_partition_value(v) for v in values.column(0).to_pylist()}
 
 
 def partition_value_string(value: Any) -> str | None:

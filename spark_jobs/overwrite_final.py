@@ -4,10 +4,12 @@ The final table already holds the winner of every earlier change and the tombsto
 latest delete of every deleted key, so ranking the interval's changes against the final rows and
 tombstones of the same keys gives the answer ranking all of staging would, at a cost that follows
 the change set. The touched partitions are those of the new rows plus those that hold the keys
-now (a key that moves, or is deleted by a key-only D, leaves its old partition). Only the changed
-keys are ranked; the other rows of the touched partitions are copied as they are. The touched
-partitions are replaced in one delta-rs commit made as the version right after the snapshot that
-was read: if final changed meanwhile, the attempt is recomputed from a new snapshot.
+now (a key that moves, or is deleted by a key-only D, leaves its old partition); a table declared
+`partition_stable` looks up only the keys with a delete and trusts the partition values the
+changes name. Only the changed keys are ranked; the other rows of the touched partitions are
+copied as they are. The touched partitions are replaced in one delta-rs commit made as the
+version right after the snapshot that was read: if final changed meanwhile, the attempt is
+recomputed from a new snapshot.
 """
 
 from __future__ import annotations
@@ -63,8 +65,10 @@ class ChangedKeys:
 
     frame: DataFrame  # every distinct changed key (a local relation, or cached)
     local: pa.Table | None  # the same keys on the driver (at most LOCAL_KEYS_MAX changes)
-    partitions: set[Any] | None  # partition values the changes write to (None: unpartitioned)
-    lookup: DataFrame  # the keys whose current partition must be looked up in final
+    # The partitions the changes name: the upserts' (with partition_stable also the deletes'
+    # row images'); None: unpartitioned.
+    partitions: set[Any] | None
+    lookup: DataFrame  # the keys whose current partition is looked up in final
     lookup_local: pa.Table | None  # the same on the driver, with `local`
     broadcast: bool  # few enough to send to every task
 
@@ -430,20 +434,17 @@ def changed_keys_in_spark(context: StepContext, changes: DataFrame, broadcast: b
     frame = changes.select(*keys).distinct().persist()
     if column is None:
         return ChangedKeys(frame, None, None, frame, None, broadcast)
-    placed = changes if table.partition_stable else changes.filter(F.col(FLAG) != "D")
-    values = placed.select(column).distinct().collect()  # metadata: partition values
-    partitions = {row[0] for row in values if row[0] is not None}
+    try:
+        placed = changes if table.partition_stable else changes.filter(F.col(FLAG) != "D")
+        partitions = delta.partition_values_of(placed, column) - {None}
+    except Exception:
+        frame.unpersist()
+        raise
     if not table.partition_stable:
         return ChangedKeys(frame, None, partitions, frame, None, broadcast)
-    # A stable key lives in the partition any of its changes names: only the keys with no such
-    # change (key-only deletes) are looked up.
-    lookup = (
-        changes.groupBy(*keys)
-        .agg(F.max(F.col(column).isNotNull().cast("int")).alias("__placed"))
-        .filter(F.col("__placed") == 0)
-        .select(*keys)
-        .persist()
-    )
+    # A stable key lives in the partition its inserts and updates name: only keys with a
+    # delete are looked up (a key-only delete names none; a row image may be partial).
+    lookup = changes.filter(F.col(FLAG) == "D").select(*keys).distinct().persist()
     return ChangedKeys(frame, None, partitions, lookup, None, broadcast)
 
 
@@ -467,16 +468,14 @@ def changed_keys_on_driver(
         return ChangedKeys(frame, distinct, None, frame, distinct, broadcast)
     stable = table.partition_stable
     placed = summary if stable else summary.filter(pc.not_equal(summary[FLAG], "D"))
-    values = pc.unique(placed[column]).drop_null()
-    if pa.types.is_timestamp(values.type) and values.type.tz is not None:
-        values = values.cast(pa.timestamp(values.type.unit))  # naive UTC, as Spark collects
-    partitions = set(values.to_pylist())
+    values = pc.unique(placed[column]).drop_null().to_pylist()
+    partitions = {delta.canonical_partition_value(v) for v in values}
     if not stable:
         return ChangedKeys(frame, distinct, partitions, frame, distinct, broadcast)
-    # A stable key lives in the partition any of its changes names: only the keys with no such
-    # change (key-only deletes) are looked up.
-    placed_keys = summary.filter(pc.is_valid(summary[column])).select(keys)
-    lookup = distinct.join(placed_keys.group_by(keys).aggregate([]), keys, join_type="left anti")
+    # A stable key lives in the partition its inserts and updates name: only keys with a
+    # delete are looked up (a key-only delete names none; a row image may be partial).
+    deleted = summary.filter(pc.equal(summary[FLAG], "D")).select(keys)
+    lookup = deleted.group_by(keys).aggregate([])
     return ChangedKeys(
         frame, distinct, partitions, delta.local_frame(spark, lookup, schema), lookup, broadcast
     )
@@ -494,8 +493,7 @@ def append_inserts(context: StepContext, changes: DataFrame, report: StepReport)
     ).drop(FLAG)
     partitions = None
     if table.partition_column:
-        values = changes.select(table.partition_column).distinct()
-        partitions = {row[0] for row in values.collect()}  # metadata: partition values
+        partitions = delta.partition_values_of(changes, table.partition_column)
     for attempt in range(1, MAX_ATTEMPTS + 1):
         final = delta.load_snapshot(paths.final)
         existing = delta.read_snapshot(spark, final, partitions=partitions, columns=identity)

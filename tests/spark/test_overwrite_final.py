@@ -444,11 +444,69 @@ def test_json_customers_story_of_seed_000(spark, workspace: Workspace) -> None:
     assert table_rows(paths.tombstones, ["ID", "SEQ"]) == [("id1", 4)]
 
 
-def test_partition_stable_looks_up_only_key_only_deletes(
+DAILY = {
+    "name": "ev",
+    "file_format": "csv",
+    "columns": {"ID": "bigint", "VALUE": "int", "TS": "timestamp"},
+    "keys": ["ID"],
+    "sequence_by": ["TS"],
+    "partition_expression": "date_trunc('DAY', TS)",
+    "partition_column": "DAY",
+}
+
+
+@pytest.mark.parametrize("stable", [False, True])
+def test_timestamp_partitions_keep_their_other_rows(
+    spark, workspace: Workspace, change_set_size: str, stable: bool
+) -> None:
+    """A timestamp partition value from the Delta log (an aware datetime) and one from the
+    changes (naive) name the same partition: a new row there keeps the rows already in it."""
+    table = workspace.configure({**DAILY, "partition_stable": stable})["ev"]
+    final = workspace.paths("ev").final
+
+    def ev(flag: str, id_: int, value: int | None, when: str | None) -> dict:
+        return {"FLAG": flag, "ID": id_, "VALUE": value, "TS": when}
+
+    workspace.land(
+        "ev",
+        "2024-01-01T00",
+        "a.csv",
+        [
+            ev("I", 1, 10, "2024-01-01 01:00:00"),
+            ev("I", 2, 20, "2024-01-01 02:00:00"),
+            ev("I", 3, 30, "2024-01-02 03:00:00"),
+        ],
+    )
+    run(spark, workspace, table, "2024-01-01T00", "2024-01-01T01")
+    before = files_by_partition(final, "DAY")
+    workspace.land(
+        "ev",
+        "2024-01-01T01",
+        "a.csv",
+        [
+            ev("I", 4, 40, "2024-01-01 04:00:00"),  # a new key in the existing day 1
+            ev("U", 2, 21, "2024-01-01 05:00:00"),
+        ],
+    )
+    _, applied = run(spark, workspace, table, "2024-01-01T01", "2024-01-01T02")
+    assert applied.counts["partitions_rewritten"] == 1
+    after = files_by_partition(final, "DAY")
+    day1, day2 = ts("2024-01-01T00:00:00Z"), ts("2024-01-02T00:00:00Z")
+    assert after[day2] == before[day2]
+    assert table_rows(final, ["ID", "VALUE", "DAY"]) == [
+        (1, 10, day1),
+        (2, 21, day1),
+        (3, 30, day2),
+        (4, 40, day1),
+    ]
+
+
+def test_partition_stable_looks_up_only_keys_with_a_delete(
     spark, workspace: Workspace, change_set_size: str
 ) -> None:
-    """With partition_stable, a change that names its partition (an upsert, or a delete with
-    the row image) is trusted to find its key there; only key-only deletes are looked up."""
+    """With partition_stable, an insert or update is trusted to find its key in the partition
+    it names; only keys with a delete are looked up (a delete's row image still adds its
+    partition, so the lookup finds the key there without reading other partitions)."""
     table = workspace.configure({**YEARLY, "partition_stable": True})["orders"]
     paths = workspace.paths("orders")
     # Five years, one file each; order ids 1xx in 2020, 2xx in 2021, ... 5xx in 2024.
@@ -471,14 +529,19 @@ def test_partition_stable_looks_up_only_key_only_deletes(
             order("D", 302, 1, "01/02/2022", "1.00", "2024-01-01 01:00:00"),  # row image: 2022
             order("I", 999, 1, "01/01/2025", "9.00", "2024-01-01 01:00:00"),  # new, in 2025
             order("D", 888, 1, None, None, "2024-01-01 01:00:00"),  # key only, never existed
+            # Deleted by key, then created again in another year: its delete gets it looked up.
+            order("D", 502, 1, None, None, "2024-01-01 01:00:00"),
+            order("I", 502, 1, "02/02/2025", "5.00", "2024-01-01 01:00:01"),
         ],
     )
     _, applied = run(spark, workspace, table, "2024-01-01T01", "2024-01-01T02")
-    assert (applied.counts["keys"], applied.counts["keys_looked_up"]) == (5, 2)
-    # 2021 (update), 2020 (found for 101), 2022 (the delete's image), 2025 (insert).
-    assert applied.counts["partitions_rewritten"] == 4
+    # Looked up: the keys with a delete (101, 302, 888, 502).
+    assert (applied.counts["keys"], applied.counts["keys_looked_up"]) == (6, 4)
+    # 2021 (update), 2020 (found for 101), 2022 (the delete's image), 2025 (inserts), 2024
+    # (found for 502).
+    assert applied.counts["partitions_rewritten"] == 5
     after = files_by_partition(paths.final, "CREATE_DATE_YEAR")
-    assert after[2023] == before[2023] and after[2024] == before[2024]
+    assert after[2023] == before[2023]
     assert after[2020].isdisjoint(before[2020]) and after[2022].isdisjoint(before[2022])
     assert table_rows(paths.final, ["ORDER_ID", "AMOUNT", "CREATE_DATE_YEAR"]) == [
         (102, Decimal("1.00"), 2020),
@@ -488,7 +551,7 @@ def test_partition_stable_looks_up_only_key_only_deletes(
         (401, Decimal("1.00"), 2023),
         (402, Decimal("1.00"), 2023),
         (501, Decimal("1.00"), 2024),
-        (502, Decimal("1.00"), 2024),
+        (502, Decimal("5.00"), 2025),
         (999, Decimal("9.00"), 2025),
     ]
     assert table_rows(paths.tombstones, ["ORDER_ID"]) == [(101,), (302,), (888,)]
