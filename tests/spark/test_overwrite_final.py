@@ -447,10 +447,10 @@ def test_json_customers_story_of_seed_000(spark, workspace: Workspace) -> None:
 DAILY = {
     "name": "ev",
     "file_format": "csv",
-    "columns": {"ID": "bigint", "VALUE": "int", "TS": "timestamp"},
+    "columns": {"ID": "bigint", "VALUE": "int", "CDC_TIMESTAMP": "timestamp"},
     "keys": ["ID"],
-    "sequence_by": ["TS"],
-    "partition_expression": "date_trunc('DAY', TS)",
+    "sequence_by": ["CDC_TIMESTAMP"],
+    "partition_expression": "date_trunc('DAY', CDC_TIMESTAMP)",
     "partition_column": "DAY",
 }
 
@@ -464,17 +464,14 @@ def test_timestamp_partitions_keep_their_other_rows(
     table = workspace.configure({**DAILY, "partition_stable": stable})["ev"]
     final = workspace.paths("ev").final
 
-    def ev(flag: str, id_: int, value: int | None, when: str | None) -> dict:
-        return {"FLAG": flag, "ID": id_, "VALUE": value, "TS": when}
-
     workspace.land(
         "ev",
         "2024-01-01T00",
         "a.csv",
         [
-            ev("I", 1, 10, "2024-01-01 01:00:00"),
-            ev("I", 2, 20, "2024-01-01 02:00:00"),
-            ev("I", 3, 30, "2024-01-02 03:00:00"),
+            row("I", 1, 10, "2024-01-01 01:00:00"),
+            row("I", 2, 20, "2024-01-01 02:00:00"),
+            row("I", 3, 30, "2024-01-02 03:00:00"),
         ],
     )
     run(spark, workspace, table, "2024-01-01T00", "2024-01-01T01")
@@ -484,8 +481,8 @@ def test_timestamp_partitions_keep_their_other_rows(
         "2024-01-01T01",
         "a.csv",
         [
-            ev("I", 4, 40, "2024-01-01 04:00:00"),  # a new key in the existing day 1
-            ev("U", 2, 21, "2024-01-01 05:00:00"),
+            row("I", 4, 40, "2024-01-01 04:00:00"),  # a new key in the existing day 1
+            row("U", 2, 21, "2024-01-01 05:00:00"),
         ],
     )
     _, applied = run(spark, workspace, table, "2024-01-01T01", "2024-01-01T02")

@@ -257,16 +257,22 @@ def features(scenario: Scenario) -> list[str]:
     return sorted(found)
 
 
-@settings(
-    max_examples=8,  # each example is 3-5 Spark runs of about 2 s: the file stays under 3 min
-    deadline=None,
-    derandomize=True,
-    database=None,
-    suppress_health_check=[
+# Settings of both property tests: Spark runs are slow, examples fixed, nothing remembered.
+SPARK_EXAMPLES: dict[str, Any] = {
+    "deadline": None,
+    "derandomize": True,
+    "database": None,
+    "suppress_health_check": [
         HealthCheck.too_slow,
         HealthCheck.function_scoped_fixture,
         HealthCheck.data_too_large,
     ],
+}
+
+
+@settings(
+    max_examples=8,  # each example is 3-5 Spark runs of about 2 s: the file stays under 3 min
+    **SPARK_EXAMPLES,
 )
 @given(scenario=scenarios())
 @example(scenario=NASTY)
@@ -276,14 +282,7 @@ def test_random_streams_in_any_order_match_the_model(spark, scenario: Scenario) 
 
 @settings(
     max_examples=4,  # about 20 s each here, with history
-    deadline=None,
-    derandomize=True,
-    database=None,
-    suppress_health_check=[
-        HealthCheck.too_slow,
-        HealthCheck.function_scoped_fixture,
-        HealthCheck.data_too_large,
-    ],
+    **SPARK_EXAMPLES,
 )
 @given(scenario=scenarios(stable=True))
 def test_partition_stable_streams_match_the_model(spark, scenario: Scenario) -> None:
