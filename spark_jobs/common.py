@@ -8,7 +8,7 @@ import os
 import sys
 import traceback
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal
 
@@ -114,18 +114,36 @@ def one_line(error: BaseException) -> str:
 StepBody = Callable[[StepContext, StepArgs], StepReport]
 
 
+SparkFactory = Callable[[str], Any]
+
+
+def perform(
+    args: StepArgs, prog: str, body: StepBody, spark_factory: SparkFactory | None = None
+) -> StepReport:
+    """Run a step body and return its report; errors propagate (the CLI and Airflow map them).
+
+    `spark_factory(app_name)` gives the session (None: a step that needs no Spark); the caller
+    owns it. The CLI, spark-submit and the Airflow operator all come through here.
+    """
+    table = load_table_configs(args.config).table(args.table)
+    if args.start is not None:
+        args.interval()  # a bad timestamp fails before a session starts
+    spark = spark_factory(f"cdc-{prog}-{args.table}") if spark_factory is not None else None
+    return body(StepContext(spark, table, TablePaths.for_table(table.name)), args)
+
+
 def execute(args: StepArgs, prog: str, body: StepBody, needs_spark: bool = True) -> int:
-    """Run a step body: config, Spark, summary line; one line on stderr and non-zero on failure."""
+    """Run a step body: config, Spark, summary line; one line on stderr and non-zero on failure.
+
+    The session is a Connect client with `CDC_SPARK_REMOTE`, else classic on `CDC_SPARK_MASTER`.
+    """
     try:
-        table = load_table_configs(args.config).table(args.table)
-        if args.start is not None:
-            args.interval()  # a bad timestamp fails before a JVM starts
-        spark = None
+        factory: SparkFactory | None = None
         if needs_spark:
             from spark_jobs.session import build_spark_session
 
-            spark = build_spark_session(f"cdc-{prog}-{args.table}")
-        report = body(StepContext(spark, table, TablePaths.for_table(table.name)), args)
+            factory = build_spark_session
+        report = perform(args, prog, body, factory)
     except (ConfigError, UsageError) as error:
         print(f"error: {prog}: {one_line(error)}", file=sys.stderr, flush=True)
         return 2
@@ -139,18 +157,85 @@ def execute(args: StepArgs, prog: str, body: StepBody, needs_spark: bool = True)
     return 0
 
 
+@dataclass(frozen=True)
+class StepEntry:
+    """How a step module runs: its command name, argument kind, body and whether it needs Spark."""
+
+    module: str  # in spark_jobs
+    prog: str
+    kind: ArgumentKind
+    body: str  # the module's body function
+    needs_spark: bool = True
+
+    def load_body(self) -> StepBody:
+        """The body function (imports the module)."""
+        import importlib
+
+        body: StepBody = getattr(importlib.import_module(f"spark_jobs.{self.module}"), self.body)
+        return body
+
+    def parse(self, argv: Sequence[str], config: Path | None = None) -> StepArgs:
+        """StepArgs from the step's argv (as spark-submit would get it) and a config path."""
+        parser = argparse.ArgumentParser(prog=self.prog)
+        add_step_arguments(parser, self.kind)
+        args = step_args_from(parser.parse_args(list(argv)))
+        return args if args.config is not None or config is None else replace(args, config=config)
+
+
+# The steps an Airflow task runs, by module (TaskPlan.step); the CLI names them by `prog`.
+STEP_ENTRIES = {
+    entry.module: entry
+    for entry in (
+        StepEntry("stage", "stage", "interval", "stage_step"),
+        StepEntry("overwrite_final", "overwrite-final", "interval", "overwrite_final_step"),
+        StepEntry("optimize", "optimize", "table", "optimize_step"),
+        StepEntry("vacuum", "vacuum", "vacuum", "vacuum_step", needs_spark=False),
+        StepEntry("reset_staging", "reset-staging", "table", "reset_staging_step"),
+        StepEntry("as_of", "as-of", "as_of", "as_of_step"),
+    )
+}
+
+
+def interval_has_work(paths: TablePaths, interval: Interval, file_format: str) -> bool:
+    """Whether stage or overwrite-final of `interval` could change anything.
+
+    False only when the interval's landing hour folders hold no change file (nor a link, which
+    stage would record as refused) AND staging holds no file of the interval's batches: a rerun
+    after a crash between stage and overwrite-final still finds its staged rows. Reads only
+    folder listings and the staging log (delta-rs), never Spark.
+    """
+    from spark_jobs import delta
+    from spark_jobs.landing import list_landing
+
+    listing = list_landing(paths, interval, file_format)
+    if listing.files or listing.links:
+        return True
+    staging = delta.load_snapshot(paths.staging)
+    return bool(staging.exists and staging.files_in(interval.batch_ids()))
+
+
+def noop_report(prog: str, table: str, interval: Interval) -> StepReport:
+    """The report of an interval with nothing to do: no landing file, no staged batch."""
+    return StepReport(prog, table, str(interval), {"noop": "true", "files": 0})
+
+
+def summary_payload(report: StepReport) -> dict[str, Any]:
+    """The report as plain JSON data (an Airflow task's XCom): step, table, interval, counts, line."""
+    payload = {
+        "step": report.step,
+        "table": report.table,
+        "interval": report.interval,
+        "counts": report.counts,
+        "line": report.line(),
+    }
+    return dict(json.loads(json.dumps(payload, default=str)))
+
+
 def write_summary(report: StepReport) -> None:
     """Also write the counts as JSON where CDC_SUMMARY_PATH says (the Airflow task reads them)."""
     target = os.environ.get("CDC_SUMMARY_PATH")
     if target:
-        payload = {
-            "step": report.step,
-            "table": report.table,
-            "interval": report.interval,
-            "counts": report.counts,
-            "line": report.line(),
-        }
-        Path(target).write_text(json.dumps(payload, default=str))
+        Path(target).write_text(json.dumps(summary_payload(report)))
 
 
 def run_step(

@@ -1,16 +1,21 @@
-"""The Spark session every step uses: UTC, microsecond Parquet timestamps, quiet logs."""
+"""The Spark session every step uses: UTC, microsecond Parquet timestamps, quiet logs.
+
+Two kinds, the same results: a classic session on `CDC_SPARK_MASTER` (a JVM in this process),
+or, with `CDC_SPARK_REMOTE=sc://HOST:PORT`, a Spark Connect client of a long-lived server.
+"""
 
 from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Any
 
 from pyspark.sql import SparkSession
 
 LOG4J_FILE = Path(__file__).with_name("log4j2.properties")
 
 # Settings the Delta adapter and the transforms rely on; applied to any session, also one
-# that spark-submit created, because they are runtime SQL settings.
+# that spark-submit created or a Connect server holds, because they are runtime SQL settings.
 REQUIRED_SQL_CONF = {
     "spark.sql.session.timeZone": "UTC",
     "spark.sql.parquet.outputTimestampType": "TIMESTAMP_MICROS",
@@ -18,6 +23,9 @@ REQUIRED_SQL_CONF = {
     # (and the row goes to quarantine) instead of failing the whole run.
     "spark.sql.ansi.enabled": "false",
     "spark.sql.sources.partitionOverwriteMode": "static",
+    # Steps read explicit lists of data files: check them on the driver, not in a Spark
+    # job per read (Spark's default above 32 paths).
+    "spark.sql.sources.parallelPartitionDiscovery.threshold": "100000",
 }
 
 
@@ -26,29 +34,84 @@ def spark_master() -> str:
     return os.environ.get("CDC_SPARK_MASTER") or "local[*]"
 
 
-def build_spark_session(app_name: str = "cdc", master: str | None = None) -> SparkSession:
-    """Get or create the session; under spark-submit its master and resources win."""
+def spark_remote() -> str | None:
+    """`CDC_SPARK_REMOTE` (a Spark Connect URL, sc://HOST:PORT), else None: classic mode."""
+    return os.environ.get("CDC_SPARK_REMOTE") or None
+
+
+def shuffle_partitions() -> str:
+    """`CDC_SHUFFLE_PARTITIONS`, else 8 (the steps' data per run is small)."""
+    return os.environ.get("CDC_SHUFFLE_PARTITIONS", "8")
+
+
+def static_conf() -> dict[str, str]:
+    """Settings fixed when the driver JVM starts: a classic session's, or the Connect server's."""
+    java_opts = f"-Dlog4j2.configurationFile=file:{LOG4J_FILE}"
+    return {
+        "spark.driver.extraJavaOptions": java_opts,
+        "spark.executor.extraJavaOptions": java_opts,
+        "spark.log.structuredLogging.enabled": "false",
+        "spark.ui.showConsoleProgress": "false",
+        "spark.ui.enabled": os.environ.get("CDC_SPARK_UI", "false"),
+        "spark.sql.shuffle.partitions": shuffle_partitions(),
+        "spark.hadoop.mapreduce.fileoutputcommitter.marksuccessfuljobs": "false",
+        "spark.hadoop.parquet.enable.summary-metadata": "false",
+    }
+
+
+def build_spark_session(
+    app_name: str = "cdc", master: str | None = None, remote: str | None = None
+) -> SparkSession:
+    """The step session: a Connect client of `remote` (default `CDC_SPARK_REMOTE`) or classic.
+
+    An explicit `master` asks for a classic session even when `CDC_SPARK_REMOTE` is set.
+    """
+    url = remote or (None if master else spark_remote())
+    if url:
+        return build_connect_session(url, app_name)
+    return build_classic_session(app_name, master)
+
+
+def build_classic_session(app_name: str = "cdc", master: str | None = None) -> SparkSession:
+    """Get or create the in-process session; under spark-submit its master and resources win."""
     builder = SparkSession.builder.appName(app_name)
     if "PYSPARK_GATEWAY_PORT" not in os.environ:  # set when spark-submit runs this file
         builder = builder.master(master or spark_master())
-    java_opts = f"-Dlog4j2.configurationFile=file:{LOG4J_FILE}"
-    builder = (
-        builder.config("spark.driver.extraJavaOptions", java_opts)
-        .config("spark.executor.extraJavaOptions", java_opts)
-        .config("spark.log.structuredLogging.enabled", "false")
-        .config("spark.ui.showConsoleProgress", "false")
-        .config("spark.ui.enabled", os.environ.get("CDC_SPARK_UI", "false"))
-        .config("spark.sql.shuffle.partitions", os.environ.get("CDC_SHUFFLE_PARTITIONS", "8"))
-        .config("spark.hadoop.mapreduce.fileoutputcommitter.marksuccessfuljobs", "false")
-        .config("spark.hadoop.parquet.enable.summary-metadata", "false")
-        # Steps read explicit lists of data files: check them on the driver, not in a Spark
-        # job per read (Spark's default above 32 paths).
-        .config("spark.sql.sources.parallelPartitionDiscovery.threshold", "100000")
-    )
-    for key, value in REQUIRED_SQL_CONF.items():
+    for key, value in {**static_conf(), **REQUIRED_SQL_CONF}.items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
     for key, value in REQUIRED_SQL_CONF.items():
         spark.conf.set(key, value)
-    spark.sparkContext.setLogLevel("WARN")
+    # The JVM's log level is log4j2.properties' (warn): no sparkContext call needed.
     return spark
+
+
+def build_connect_session(url: str, app_name: str = "cdc") -> SparkSession:
+    """A new Spark Connect session of the server at `url`, with the steps' SQL settings.
+
+    The server holds the JVM settings (logging, UI, committer): only runtime SQL settings are
+    set per session. Switches this process's PySpark functions to Connect, as
+    `SparkSession.builder.remote` does (PySpark decides per process which kind a column is).
+    """
+    from pyspark.sql.connect.session import SparkSession as ConnectSession
+
+    os.environ["SPARK_CONNECT_MODE_ENABLED"] = "1"
+    session: Any = ConnectSession.builder.remote(url).create()
+    for key, value in {
+        **REQUIRED_SQL_CONF,
+        "spark.sql.shuffle.partitions": shuffle_partitions(),
+    }.items():
+        session.conf.set(key, value)
+    # The app name is the server's; the session says whose it is with tags (job lists, and
+    # interrupts: an Airflow task passes its own in CDC_SPARK_TAGS).
+    for tag in [app_name, *os.environ.get("CDC_SPARK_TAGS", "").split(",")]:
+        if tag:
+            session.addTag(tag)
+    return session  # type: ignore[no-any-return]
+
+
+def is_connect(spark: Any) -> bool:
+    """Whether `spark` is a Spark Connect session (no sparkContext, no JVM in this process)."""
+    from pyspark.sql.connect.session import SparkSession as ConnectSession
+
+    return isinstance(spark, ConnectSession)

@@ -1,0 +1,261 @@
+"""A local Spark Connect server from the pip package: start, wait until it answers, stop by pid.
+
+One warm Spark for every step: `make airflow`, `make demo` and the tests start it here, and the
+steps connect to it as thin clients (`sc://127.0.0.1:PORT`) instead of starting a JVM each.
+`python -m cdc_pipeline.connect_server --port 15002` runs one in the foreground.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import importlib.util
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import TracebackType
+
+SERVER_CLASS = "org.apache.spark.sql.connect.service.SparkConnectServer"
+DEFAULT_PORT = 15002
+BIND_ADDRESS = "127.0.0.1"
+# Concurrent tasks of different tables share the server: FAIR scheduling lets a small job of
+# one table run beside a long one of another instead of queueing behind it (FIFO).
+SERVER_ONLY_CONF = {
+    "spark.scheduler.mode": "FAIR",
+    # A client that vanished (killed task) leaves its session; drop idle ones after 30 min.
+    "spark.connect.session.manager.defaultSessionTimeout": "30min",
+}
+
+
+class ConnectServerError(RuntimeError):
+    """The Spark Connect server did not start or does not answer."""
+
+
+def spark_home() -> Path:
+    """The pip package's Spark (bin/, jars/ with the spark-connect jar)."""
+    spec = importlib.util.find_spec("pyspark")
+    if spec is None or spec.origin is None:
+        raise ConnectServerError("pyspark is not installed in this Python")
+    return Path(spec.origin).parent
+
+
+def free_port() -> int:
+    """A free TCP port on the loopback interface."""
+    with socket.socket() as sock:
+        sock.bind((BIND_ADDRESS, 0))
+        return int(sock.getsockname()[1])
+
+
+def port_open(host: str, port: int) -> bool:
+    """Whether something accepts TCP connections on host:port."""
+    try:
+        with socket.create_connection((host, port), timeout=2):
+            return True
+    except OSError:
+        return False
+
+
+def check_query(url: str) -> None:
+    """Run a trivial query through a Connect session of `url`; raise when it fails.
+
+    Uses the Connect session class directly, so a process that also holds a classic session
+    (the tests) is not switched to Connect mode by the check.
+    """
+    from pyspark.sql.connect.session import SparkSession as ConnectSession
+
+    session = ConnectSession.builder.remote(url).create()
+    try:
+        rows = session.sql("SELECT 1 AS ok").collect()
+        if [tuple(r) for r in rows] != [(1,)]:
+            raise ConnectServerError(f"{url}: unexpected answer to SELECT 1: {rows}")
+    finally:
+        session.stop()
+
+
+def server_conf(
+    port: int, conf: Mapping[str, str] | None = None, host: str = BIND_ADDRESS
+) -> dict[str, str]:
+    """The server's Spark settings: the steps' JVM settings, the bind address, FAIR, `conf` last."""
+    from spark_jobs.session import REQUIRED_SQL_CONF, static_conf
+
+    settings = {
+        **static_conf(),
+        # Session defaults: every client session starts with the steps' SQL settings.
+        **REQUIRED_SQL_CONF,
+        **SERVER_ONLY_CONF,
+        "spark.connect.grpc.binding.address": host,
+        "spark.connect.grpc.binding.port": str(port),
+        "spark.app.name": "cdc-connect-server",
+    }
+    settings.update(conf or {})
+    return settings
+
+
+@dataclass
+class ConnectServer:
+    """A running server: its URL, process (own process group) and log file."""
+
+    port: int
+    process: subprocess.Popen[bytes]
+    log_path: Path
+    master: str
+    host: str = BIND_ADDRESS
+    conf: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def client_host(self) -> str:
+        """Where a local client reaches it (loopback when bound to every address)."""
+        return BIND_ADDRESS if self.host in ("0.0.0.0", "") else self.host
+
+    @property
+    def url(self) -> str:
+        """The Connect URL clients use (`CDC_SPARK_REMOTE`)."""
+        return f"sc://{self.client_host}:{self.port}"
+
+    @property
+    def pid(self) -> int:
+        return self.process.pid
+
+    def log_tail(self, lines: int = 30) -> str:
+        """The last lines of the server's log (for error messages)."""
+        try:
+            text = self.log_path.read_text(errors="replace")
+        except OSError:
+            return ""
+        return "\n".join(text.splitlines()[-lines:])
+
+    def wait_ready(self, timeout: float = 180) -> None:
+        """Wait until the port is open and a trivial query answers; raise if the server exited."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise ConnectServerError(
+                    f"the Spark Connect server exited with {self.process.returncode} "
+                    f"(log {self.log_path}):\n{self.log_tail()}"
+                )
+            if port_open(self.client_host, self.port):
+                try:
+                    check_query(self.url)
+                    return
+                except Exception as error:  # still starting up: ask again
+                    last = error
+                    time.sleep(1)
+                    continue
+            time.sleep(0.5)
+        detail = f": {last}" if "last" in locals() else ""
+        raise ConnectServerError(
+            f"the Spark Connect server on {self.url} did not answer within {timeout:.0f} s"
+            f"{detail} (log {self.log_path})"
+        )
+
+    def stop(self, timeout: float = 30) -> None:
+        """Stop the server by its process group (spark-submit and its JVM)."""
+        if self.process.poll() is None:
+            with contextlib.suppress(ProcessLookupError):  # exited meanwhile
+                os.killpg(self.process.pid, signal.SIGTERM)
+        try:
+            self.process.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(self.process.pid, signal.SIGKILL)
+            self.process.wait(timeout=10)
+
+    def __enter__(self) -> ConnectServer:
+        return self
+
+    def __exit__(
+        self,
+        kind: type[BaseException] | None,
+        error: BaseException | None,
+        trace: TracebackType | None,
+    ) -> None:
+        self.stop()
+
+
+def start(
+    port: int | None = None,
+    master: str = "local[2]",
+    conf: Mapping[str, str] | None = None,
+    log_path: Path | None = None,
+    wait: bool = True,
+    timeout: float = 180,
+    host: str = BIND_ADDRESS,
+) -> ConnectServer:
+    """Start a Spark Connect server on 127.0.0.1:`port` (default: a free port) with `master`.
+
+    `host` is the address to bind: loopback by default; 0.0.0.0 in a container that other
+    containers reach. The server runs in its own process group; stop it with `.stop()` (or use it as a context
+    manager). With `wait`, returns once it answers a query.
+    """
+    port = port or free_port()
+    if port_open(BIND_ADDRESS, port):
+        raise ConnectServerError(f"port {port} on {BIND_ADDRESS} is already in use")
+    home = spark_home()
+    settings = server_conf(port, conf, host)
+    command = [str(home / "bin" / "spark-submit"), "--class", SERVER_CLASS, "--master", master]
+    for key, value in settings.items():
+        command += ["--conf", f"{key}={value}"]
+    command.append("spark-internal")
+    log_path = log_path or Path(os.environ.get("TMPDIR", "/tmp")) / f"cdc-connect-{port}.log"
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    env = dict(os.environ, SPARK_HOME=str(home))
+    env.setdefault("SPARK_LOCAL_IP", BIND_ADDRESS)
+    env.pop("PYSPARK_GATEWAY_PORT", None)
+    with log_path.open("ab") as log:
+        process = subprocess.Popen(
+            command,
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+        )
+    server = ConnectServer(port, process, log_path, master, host, settings)
+    if wait:
+        try:
+            server.wait_ready(timeout)
+        except BaseException:
+            server.stop()
+            raise
+    return server
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run a server in the foreground until Ctrl-C or SIGTERM."""
+    parser = argparse.ArgumentParser(prog="python -m cdc_pipeline.connect_server")
+    parser.add_argument("--port", type=int, default=DEFAULT_PORT)
+    parser.add_argument("--host", default=BIND_ADDRESS, help="address to bind (0.0.0.0: all)")
+    parser.add_argument("--master", default=os.environ.get("CDC_SPARK_MASTER") or "local[2]")
+    parser.add_argument(
+        "--conf", action="append", default=[], metavar="KEY=VALUE", help="extra Spark settings"
+    )
+    args = parser.parse_args(argv)
+    extra = {}
+    for item in args.conf:
+        key, sep, value = item.partition("=")
+        if not sep:
+            parser.error(f"--conf {item!r}: expected KEY=VALUE")
+        extra[key] = value
+    server = start(args.port, args.master, extra, host=args.host)
+    print(f"Spark Connect server on {server.url} (pid {server.pid}, log {server.log_path})")
+    print("Ctrl-C stops it.", flush=True)
+
+    def interrupt(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, interrupt)
+    try:
+        return server.process.wait()
+    except KeyboardInterrupt:
+        return 0
+    finally:
+        server.stop()
+
+
+if __name__ == "__main__":
+    sys.exit(main())
