@@ -1,25 +1,33 @@
-"""Turn planned table DAGs into Airflow DAGs (imports Airflow; never Spark or delta-rs)."""
+"""Turn planned table DAGs into Airflow DAGs (imports Airflow; Spark and delta-rs only in a task)."""
 
 from __future__ import annotations
 
 import importlib.util
 import json
 import logging
+import os
+import re
+import socket
 import sys
 import tempfile
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlparse
 
+from airflow.providers.apache.spark.hooks.spark_connect import SparkConnectHook
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
-from airflow.sdk import DAG, CronDataIntervalTimetable, Param
-from airflow.sdk.exceptions import AirflowSkipException
+from airflow.sdk import DAG, BaseHook, CronDataIntervalTimetable, Param
+from airflow.sdk.exceptions import AirflowException, AirflowFailException, AirflowSkipException
 
+from cdc_pipeline.airflow_ops import dag_arguments, task_arguments
 from cdc_pipeline.config import ConfigLoadResult, default_config_path, load_table_configs
+from cdc_pipeline.errors import ConfigError, UsageError
 from cdc_pipeline.planning import DagPlan, TaskPlan, cron_of, is_due, plan_table_dag
 
 log = logging.getLogger(__name__)
 SPARK_JOBS_DIR = Path(__file__).resolve().parent.parent / "spark_jobs"
+LOG4J_OPTION = f"-Dlog4j2.configurationFile=file:{SPARK_JOBS_DIR / 'log4j2.properties'}"
 DEFAULT_ARGS = {
     "owner": "cdc",
     "retries": 2,
@@ -44,10 +52,34 @@ def spark_environment(config_path: Path) -> dict[str, str]:
     }
 
 
-class CdcStepOperator(SparkSubmitOperator):
-    """spark-submit of one CDC step; maintenance steps skip themselves when not due.
+class SparkConnectUnavailableError(AirflowException):
+    """The Spark Connect server of the task's connection does not answer; the task retries."""
 
-    The step writes its counts to a JSON file; they are logged and returned (so, pushed to XCom).
+
+def connect_address(url: str) -> tuple[str, int]:
+    """(host, port) of a Spark Connect URL (`sc://host:port/;params`); port 15002 by default."""
+    parsed = urlparse(url)
+    if parsed.scheme != "sc" or not parsed.hostname:
+        raise ValueError(f"not a Spark Connect URL: {url!r} (expected sc://HOST:PORT)")
+    return parsed.hostname, parsed.port or 15002
+
+
+def active_connect_session() -> Any:
+    """This process's Spark Connect session, if a step created one (None otherwise)."""
+    from pyspark.sql.connect.session import SparkSession as ConnectSession
+
+    return ConnectSession.getActiveSession()
+
+
+class CdcStepOperator(SparkSubmitOperator):
+    """One CDC step, run as the task's Spark connection says; maintenance skips when not due.
+
+    A `spark_connect` connection: the step runs inside this task process as a Spark Connect client
+    of the server (no JVM here), through the same step functions as the `cdc` command; its Spark
+    work carries a tag that `on_kill` interrupts. A `spark` connection: spark-submit of the step's
+    module, which writes its counts to a JSON file. Either way the summary line is logged and the
+    counts are returned (so, pushed to XCom). An interval with no landed file and no staged batch
+    is a no-op reported without any Spark.
     """
 
     def __init__(
@@ -56,12 +88,16 @@ class CdcStepOperator(SparkSubmitOperator):
         cdc_step: str,
         maintenance_schedule: str | None = None,
         is_maintenance: bool = False,
+        config_path: str | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
         self.cdc_step = cdc_step
         self.maintenance_schedule = maintenance_schedule
         self.is_maintenance = is_maintenance
+        self.config_path = config_path
+        self._connect_session: Any = None
+        self._connect_tag: str | None = None
 
     def execute(self, context: Any) -> dict[str, Any]:  # type: ignore[override]
         if self.is_maintenance:
@@ -72,14 +108,171 @@ class CdcStepOperator(SparkSubmitOperator):
                     f"{self.task_id} is not due in [{start}, {end}) (cadence {self.maintenance_schedule}); "
                     "trigger with force_maintenance=true to run it now"
                 )
+        connection = BaseHook.get_connection(self._conn_id)
+        if connection.conn_type == SparkConnectHook.conn_type:
+            report = self.execute_connect(context)
+        else:
+            report = self.execute_submit(context)
+        self.log.info("CDC summary: %s", report.get("line", "(none written)"))
+        return report
+
+    def execute_submit(self, context: Any) -> dict[str, Any]:
+        """spark-submit of the step's module; its counts come back through a JSON file."""
         summary = Path(tempfile.mkdtemp(prefix="cdc-summary-")) / "summary.json"
         self.env_vars = {**(self.env_vars or {}), "CDC_SUMMARY_PATH": str(summary)}
+        # The driver JVM starts with the steps' quiet log settings (a session cannot set them).
+        self.conf = {"spark.driver.extraJavaOptions": LOG4J_OPTION, **(self.conf or {})}
         super().execute(context)
         report: dict[str, Any] = json.loads(summary.read_text()) if summary.exists() else {}
-        self.log.info("CDC summary: %s", report.get("line", "(none written)"))
         summary.unlink(missing_ok=True)
         summary.parent.rmdir()
         return report
+
+    def execute_connect(self, context: Any) -> dict[str, Any]:
+        """The step in this process, as a Spark Connect client of the connection's server."""
+        from spark_jobs.common import STEP_ENTRIES, perform, summary_payload
+
+        url = SparkConnectHook(self._conn_id).get_connection_url()
+        ti = context.get("ti")
+        run = getattr(ti, "run_id", None) or context.get("run_id") or "run"
+        # One tag per task try: on_kill interrupts exactly this task's Spark operations.
+        tag = f"cdc-{self.dag_id}-{self.task_id}-{run}-{getattr(ti, 'try_number', 0)}"
+        self._connect_tag = re.sub(r"[^A-Za-z0-9_.:-]", "_", tag)
+        entry = STEP_ENTRIES.get(self.cdc_step)
+        if entry is None:  # a step module with its own arguments: its spark-submit entry
+            return self.execute_connect_main(url)
+        args = entry.parse(self.application_args or [], Path(self.config_path or ""))
+        noop = self.noop_report(entry, args)
+        if noop is not None:
+            return noop
+        body = entry.load_body()
+        factory = self.connect_session_factory(url) if entry.needs_spark else None
+        try:
+            report = perform(args, entry.prog, body, factory)
+        except (ConfigError, UsageError) as error:
+            raise AirflowFailException(f"{entry.prog} {args.table}: {error}") from error
+        except BaseException:
+            # A timeout or kill raised inside a Spark call: the server may still be running it.
+            self.interrupt_connect_work()
+            raise
+        finally:
+            self.release_connect_session()
+        print(report.line(), flush=True)
+        return summary_payload(report)
+
+    def noop_report(self, entry: Any, args: Any) -> dict[str, Any] | None:
+        """The no-op report of an interval step with no landed file and no staged batch."""
+        if entry.kind != "interval":
+            return None
+        from cdc_pipeline.config import load_table_configs
+        from cdc_pipeline.paths import TablePaths
+        from spark_jobs.common import interval_has_work, noop_report, summary_payload
+
+        try:
+            table = load_table_configs(args.config).table(args.table)
+            interval = args.interval()
+        except (ConfigError, UsageError) as error:
+            raise AirflowFailException(f"{entry.prog} {args.table}: {error}") from error
+        if interval_has_work(TablePaths.for_table(table.name), interval, table.file_format):
+            return None
+        report = noop_report(entry.prog, table.name, interval)
+        print(report.line(), flush=True)
+        return summary_payload(report)
+
+    def execute_connect_main(self, url: str) -> dict[str, Any]:
+        """Run the step module's own entry (`main(argv)`) here with `CDC_SPARK_REMOTE` set."""
+        import importlib
+
+        self.check_connect_server(url)
+        summary = Path(tempfile.mkdtemp(prefix="cdc-summary-")) / "summary.json"
+        overrides = {
+            "CDC_SPARK_REMOTE": url,
+            "CDC_SPARK_TAGS": self._connect_tag or "",
+            "CDC_SUMMARY_PATH": str(summary),
+            "CDC_CONFIG": self.config_path or os.environ.get("CDC_CONFIG", ""),
+        }
+        saved = {key: os.environ.get(key) for key in overrides}
+        os.environ.update(overrides)
+        try:
+            module = importlib.import_module(f"spark_jobs.{self.cdc_step}")
+            code = module.main(list(self.application_args or []))
+        except BaseException:
+            self._connect_session = active_connect_session()
+            self.interrupt_connect_work()
+            raise
+        finally:
+            self._connect_session = self._connect_session or active_connect_session()
+            self.release_connect_session()
+            for key, value in saved.items():
+                if value is None:
+                    os.environ.pop(key, None)
+                else:
+                    os.environ[key] = value
+        report: dict[str, Any] = json.loads(summary.read_text()) if summary.exists() else {}
+        summary.unlink(missing_ok=True)
+        summary.parent.rmdir()
+        if code == 2:
+            raise AirflowFailException(f"{self.cdc_step} exited with 2 (bad arguments or config)")
+        if code != 0:
+            raise AirflowException(f"{self.cdc_step} exited with {code}; its error is logged above")
+        return report
+
+    def check_connect_server(self, url: str) -> None:
+        """Raise a retryable error naming the connection and URL when the server is down.
+
+        The Connect client itself would retry a refused connection for minutes before failing.
+        """
+        host, port = connect_address(url)
+        try:
+            socket.create_connection((host, port), timeout=10).close()
+        except OSError as error:
+            raise SparkConnectUnavailableError(
+                f"Spark Connect server of connection '{self._conn_id}' at {url} is not "
+                f"reachable ({error}); start it (make airflow starts one) or fix the connection"
+            ) from error
+
+    def connect_session_factory(self, url: str) -> Any:
+        """A function giving this task's tagged Connect session; refuses a server that is down."""
+
+        def factory(app_name: str) -> Any:
+            from spark_jobs.session import build_connect_session
+
+            self.check_connect_server(url)
+            session = build_connect_session(url, app_name)
+            if self._connect_tag:
+                session.addTag(self._connect_tag)
+            self._connect_session = session
+            return session
+
+        return factory
+
+    def release_connect_session(self) -> None:
+        """Release this task's session on the server (its cached data and temporary views)."""
+        session, self._connect_session = self._connect_session, None
+        if session is not None:
+            try:
+                session.stop()
+            except Exception as error:  # the step's result stands; the server drops it later
+                self.log.warning("could not release the Spark Connect session: %s", error)
+
+    def interrupt_connect_work(self) -> None:
+        """Interrupt the Spark operations of this task's tag on the Connect server."""
+        session, tag = self._connect_session, self._connect_tag
+        if session is None or not tag:
+            return
+        try:
+            interrupted = session.interruptTag(tag)
+            self.log.info("interrupted %d Spark operation(s) tagged %s", len(interrupted), tag)
+        except Exception as error:
+            self.log.warning("could not interrupt the Spark work tagged %s: %s", tag, error)
+
+    def on_kill(self) -> None:
+        """Interrupt this task's Spark work on the Connect server, or kill the spark-submit."""
+        if self._connect_session is not None:
+            self.interrupt_connect_work()
+            self.release_connect_session()
+        elif self._hook is not None:
+            super().on_kill()
 
 
 def build_task(plan: DagPlan, task: TaskPlan, config_path: Path) -> CdcStepOperator:
@@ -87,6 +280,7 @@ def build_task(plan: DagPlan, task: TaskPlan, config_path: Path) -> CdcStepOpera
     return CdcStepOperator(
         task_id=task.task_id,
         cdc_step=task.step,
+        config_path=str(config_path.resolve()),
         maintenance_schedule=task.maintenance_schedule,
         is_maintenance=task.is_maintenance,
         application=str(SPARK_JOBS_DIR / f"{task.step}.py"),
@@ -97,6 +291,7 @@ def build_task(plan: DagPlan, task: TaskPlan, config_path: Path) -> CdcStepOpera
         env_vars=spark_environment(config_path),
         max_active_tis_per_dag=1,
         trigger_rule="none_failed" if task.is_maintenance else "all_success",
+        **task_arguments(plan, task),
     )
 
 
@@ -115,6 +310,7 @@ def build_dag(plan: DagPlan, config_path: Path) -> DAG:
         params={
             "force_maintenance": Param(False, type="boolean", description="run maintenance now")
         },
+        **dag_arguments(plan),
     ) as dag:
         operators = {task.task_id: build_task(plan, task, config_path) for task in plan.tasks}
         for upstream, downstream in plan.edges:
