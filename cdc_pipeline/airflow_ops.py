@@ -1,0 +1,178 @@
+"""Operations of the CDC DAGs as Airflow arguments: timeouts, retries, the table's pool, its asset,
+failure notifiers, the freshness deadline, and hooks around a task's execute (the run's interval
+in the context, the quarantine check, the counts on the asset event). The operator class is
+left alone: all of it is keyword arguments of the operator and of the DAG.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from functools import partial
+from typing import Any
+
+from airflow.sdk import Asset
+from airflow.sdk.definitions.callback import SyncCallback
+from airflow.sdk.definitions.deadline import DeadlineAlert, DeadlineReference
+from airflow.sdk.exceptions import AirflowFailException
+
+from cdc_pipeline.alerts import (
+    Alert,
+    CdcNotifier,
+    deadline_missed,
+    quarantine_finding,
+    quarantine_reasons,
+    send_alert,
+)
+from cdc_pipeline.durations import format_duration
+from cdc_pipeline.manual_runs import run_interval
+from cdc_pipeline.planning import DagPlan, TaskPlan, cron_of, table_asset_uri
+
+
+def table_asset(table: str) -> Asset:
+    """The Airflow asset of a table's final table: what a downstream DAG schedules on."""
+    return Asset(table_asset_uri(table))
+
+
+def task_arguments(plan: DagPlan, task: TaskPlan) -> dict[str, Any]:
+    """The operator keyword arguments of a task's operations settings (none is Spark-specific)."""
+    arguments: dict[str, Any] = {
+        "execution_timeout": task.execution_timeout,
+        "pool": task.pool,
+        "outlets": [Asset(uri) for uri in task.outlets],
+        "pre_execute": FillRunInterval(cron_of(plan.schedule)),
+    }
+    if task.retries is not None:
+        arguments["retries"] = task.retries
+    if plan.notify:
+        arguments["on_failure_callback"] = CdcNotifier(plan.table, plan.notify)
+    if task.task_id == "stage" and plan.max_quarantine_fraction is not None:
+        arguments["post_execute"] = QuarantineCheck(
+            plan.table, plan.max_quarantine_fraction, plan.quarantine_action, plan.notify
+        )
+    if task.outlets:
+        arguments["post_execute"] = PublishCounts(Asset(task.outlets[0]))
+    return arguments
+
+
+def dag_arguments(plan: DagPlan) -> dict[str, Any]:
+    """The DAG keyword arguments: run timeout, the `cdc_interval` macro, the freshness deadline."""
+    arguments: dict[str, Any] = {
+        "dagrun_timeout": plan.dagrun_timeout,
+        "user_defined_macros": {"cdc_interval": partial(run_interval, cron_of(plan.schedule))},
+    }
+    if plan.freshness is not None:
+        # Queued-at, not logical date: a backfill's runs of old intervals would all be past a
+        # logical-date deadline the moment they are created. A scheduled run is queued when its
+        # interval ends, so this bounds how far behind the table falls without an alert.
+        arguments["deadline"] = DeadlineAlert(
+            reference=DeadlineReference.DAGRUN_QUEUED_AT,
+            interval=plan.freshness,
+            callback=SyncCallback(
+                deadline_missed,
+                kwargs={
+                    "table": plan.table,
+                    "notify": list(plan.notify),
+                    "freshness": format_duration(plan.freshness),
+                },
+            ),
+            name=f"cdc_{plan.table}_freshness",
+        )
+    return arguments
+
+
+class QuarantineLimitExceeded(AirflowFailException):
+    """A stage run quarantined more than the row's max_quarantine_fraction (no retry: a rerun
+    finds the files staged and would pass)."""
+
+    cdc_alert_sent = True  # the quarantine alert went out already: no second task_failed alert
+
+
+@dataclass(frozen=True)
+class FillRunInterval:
+    """pre_execute: a run without a data interval (triggered with logical_date null) gets the
+    latest complete interval of the schedule as data_interval_start/end in its context."""
+
+    cron: str
+
+    def __call__(self, context: Any) -> None:
+        """Set the context's data interval when Airflow gave the run none."""
+        if context.get("data_interval_start") is None or context.get("data_interval_end") is None:
+            interval = run_interval(self.cron, context["dag_run"])
+            context["data_interval_start"] = interval.start
+            context["data_interval_end"] = interval.end
+
+
+@dataclass(frozen=True)
+class QuarantineCheck:
+    """post_execute of `stage`: alert when the run quarantined more than `limit` of its rows."""
+
+    table: str
+    limit: float
+    action: str  # warn | fail
+    notify: Sequence[str]
+
+    def __call__(self, context: Any, result: Any = None) -> None:
+        """Warn (log + notifiers) or fail the task, with the most frequent reasons."""
+        finding = quarantine_finding(result if isinstance(result, dict) else None, self.limit)
+        if not finding.exceeded:
+            return
+        reasons = self.reasons(result)
+        ti = context.get("ti")
+        message = (
+            f"table {self.table}: stage quarantined {finding.quarantined} of {finding.rows_read} "
+            f"rows ({finding.fraction:.1%}), more than max_quarantine_fraction {self.limit:g}; "
+            f"reasons: {'; '.join(reasons) or 'unknown'}"
+        )
+        alert = Alert(
+            kind="quarantine",
+            table=self.table,
+            dag_id=str(getattr(ti, "dag_id", f"cdc_{self.table}")),
+            run_id=str(getattr(ti, "run_id", "")),
+            task_id=getattr(ti, "task_id", "stage"),
+            message=message,
+            details={
+                "rows_read": finding.rows_read,
+                "quarantined": finding.quarantined,
+                "fraction": finding.fraction,
+                "limit": self.limit,
+                "action": self.action,
+                "reasons": reasons,
+            },
+        )
+        send_alert(alert, self.notify)
+        if self.action == "fail":
+            raise QuarantineLimitExceeded(
+                message + ". Staged rows are not applied to final until the run is repeated "
+                "(clear the run's tasks) once the source is fixed or the rows accepted."
+            )
+
+    def reasons(self, result: Any) -> list[str]:
+        """This run's most frequent reasons, read from the quarantine version it committed."""
+        from cdc_pipeline.paths import TablePaths
+
+        version = ((result or {}).get("counts") or {}).get("quarantine_version")
+        if version is None:
+            return []
+        try:
+            return quarantine_reasons(TablePaths.for_table(self.table).quarantine, int(version))
+        except Exception as error:  # the fraction alone still decides
+            return [f"(reasons unreadable: {type(error).__name__}: {error})"]
+
+
+@dataclass(frozen=True)
+class PublishCounts:
+    """post_execute of `overwrite_final`: the run's interval and counts as the asset event's extra."""
+
+    asset: Any  # airflow.sdk.Asset
+
+    def __call__(self, context: Any, result: Any = None) -> None:
+        """Attach the step's counts to the event Airflow emits for the table's asset."""
+        report = result if isinstance(result, dict) else {}
+        start, end = context.get("data_interval_start"), context.get("data_interval_end")
+        context["outlet_events"][self.asset].extra = {
+            "table": report.get("table"),
+            "data_interval_start": start.isoformat() if start is not None else None,
+            "data_interval_end": end.isoformat() if end is not None else None,
+            "counts": report.get("counts", {}),
+        }
