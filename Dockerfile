@@ -1,14 +1,25 @@
 # The project image for every service of docker-compose.yaml: Python 3.11, Java 17 for Spark,
-# the package with its pinned stack (Spark, delta-rs, Airflow), and Celery/Postgres clients.
+# the package with its pinned stack (Spark, delta-rs, Airflow), the FAB auth manager, and the
+# Celery/Postgres/Redis clients. Every Python package is pinned by docker/constraints.txt (the
+# tested venv's versions; how it is made is at its top), as Airflow asks of any install.
 FROM python:3.11-slim-bookworm
+# curl: the compose healthchecks; procps: Spark's scripts use ps.
 RUN apt-get update \
- && apt-get install -y --no-install-recommends openjdk-17-jre-headless procps \
+ && apt-get install -y --no-install-recommends openjdk-17-jre-headless procps curl \
  && rm -rf /var/lib/apt/lists/*
+# The default user of the containers (compose runs them as AIRFLOW_UID:0, 50000 by default).
+RUN useradd --uid 50000 --gid 0 --home-dir /opt/airflow --create-home cdc
 WORKDIR /opt/cdc
+COPY docker/constraints.txt /opt/cdc/docker/constraints.txt
 COPY . .
-RUN pip install --no-cache-dir -e . \
-      "apache-airflow-providers-celery==3.26.0" "psycopg2-binary>=2.9,<3" "redis>=5,<7"
+RUN pip install --no-cache-dir --constraint docker/constraints.txt -e . \
+      "apache-airflow-providers-fab==3.10.2" \
+      "apache-airflow-providers-celery==3.26.0" \
+      "psycopg2-binary>=2.9,<3" "redis>=5,<7" \
+ && pip check
 ENV CDC_LANDING=/data/landing \
     CDC_WAREHOUSE=/data/warehouse \
     CDC_CONFIG=/opt/cdc/config/tables.yaml \
+    AIRFLOW_HOME=/opt/airflow \
     SPARK_HOME=/usr/local/lib/python3.11/site-packages/pyspark
+USER 50000

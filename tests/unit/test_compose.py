@@ -1,12 +1,20 @@
-"""docker-compose.yaml agrees with the local set-up (no Docker engine here: parse and validate it)."""
+"""docker-compose.yaml is deployable and agrees with the local set-up.
+
+No Docker engine runs here: the file is parsed and checked property by property, and validated
+with `docker-compose config` (without an .env it must refuse; with .env.example filled, pass).
+"""
 
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import subprocess
+from importlib import metadata
 from pathlib import Path
+from typing import Any
 
+import pytest
 import yaml
 
 from cdc_pipeline.local_airflow import LocalAirflow
@@ -19,7 +27,7 @@ AIRFLOW_SERVICES = [
     "airflow-triggerer",
     "airflow-worker",
 ]
-SPARK_SERVICES = ["spark-master", "spark-worker-1", "spark-worker-2"]
+SPARK_SERVICES = ["spark-master", "spark-worker-1", "spark-worker-2", "spark-connect"]
 SHARED = [
     "CDC_CONFIG",
     "CDC_LANDING",
@@ -29,74 +37,232 @@ SHARED = [
     "AIRFLOW__CORE__PLUGINS_FOLDER",
     "AIRFLOW__CORE__EXECUTION_API_SERVER_URL",
     "AIRFLOW__CORE__LOAD_EXAMPLES",
-    "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS",
-    "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE",
 ]
+# Secrets every Airflow container must share, and the .env variable each comes from.
+SECRETS = {
+    "AIRFLOW__API_AUTH__JWT_SECRET": "AIRFLOW_JWT_SECRET",
+    "AIRFLOW__API__SECRET_KEY": "AIRFLOW_SECRET_KEY",
+    "AIRFLOW__CORE__FERNET_KEY": "AIRFLOW_FERNET_KEY",
+}
+ENV_SECRETS = [*SECRETS.values(), "AIRFLOW_ADMIN_PASSWORD", "POSTGRES_PASSWORD"]
+FAB = "apache-airflow-providers-fab==3.10.2"
 
 
-def compose() -> dict:
-    return yaml.safe_load((REPO / "docker-compose.yaml").read_text())
+def compose() -> dict[str, Any]:
+    return dict(yaml.safe_load((REPO / "docker-compose.yaml").read_text()))
+
+
+def services() -> dict[str, Any]:
+    return dict(compose()["services"])
+
+
+def required(variable: str) -> str:
+    """The interpolation that makes `docker compose` refuse to start without the variable."""
+    return f"${{{variable}:?set {variable} in .env (see .env.example)}}"
 
 
 def test_services_and_volumes() -> None:
-    services = compose()["services"]
-    assert set(services) == {
-        "postgres",
-        "redis",
-        "airflow-init",
-        *AIRFLOW_SERVICES,
-        *SPARK_SERVICES,
-    }
-    for name in [*AIRFLOW_SERVICES, *SPARK_SERVICES]:
-        assert "cdc-data:/data" in services[name]["volumes"], name
-        assert services[name]["build"] == "." and services[name]["image"] == "cdc-lakehouse:latest"
-    assert set(compose()["volumes"]) == {"cdc-data", "airflow-home", "postgres-data"}
+    found = services()
+    assert set(found) == {"postgres", "redis", "airflow-init", *AIRFLOW_SERVICES, *SPARK_SERVICES}
+    for name in [*AIRFLOW_SERVICES, *SPARK_SERVICES, "airflow-init"]:
+        assert "cdc-data:/data" in found[name]["volumes"], name
+        assert found[name]["build"] == "." and found[name]["image"] == "cdc-lakehouse:latest"
+        assert found[name]["user"] == (
+            "0:0" if name == "airflow-init" else "${AIRFLOW_UID:-50000}:0"
+        )
+    for name in [*AIRFLOW_SERVICES, "airflow-init"]:
+        assert "airflow-logs:/opt/airflow/logs" in found[name]["volumes"], name
+    assert set(compose()["volumes"]) == {"cdc-data", "airflow-logs", "postgres-data"}
+
+
+def test_every_long_running_service_restarts_and_has_a_healthcheck() -> None:
+    found = services()
+    for name, service in found.items():
+        if name == "airflow-init":
+            assert service["restart"] == "no"
+            continue
+        assert service["restart"] in ("always", "unless-stopped"), name
+        test = service["healthcheck"]["test"]
+        assert test[0] in ("CMD", "CMD-SHELL") and len(" ".join(test[1:])) > 5, name
+    assert found["airflow-apiserver"]["healthcheck"]["test"][-1] == (
+        "http://localhost:8080/api/v2/monitor/health"
+    )
+    assert found["airflow-scheduler"]["environment"]["AIRFLOW__SCHEDULER__ENABLE_HEALTH_CHECK"]
+    assert "--job-type DagProcessorJob" in found["airflow-dag-processor"]["healthcheck"]["test"][1]
+    assert "--job-type TriggererJob" in found["airflow-triggerer"]["healthcheck"]["test"][1]
+    assert "inspect ping" in found["airflow-worker"]["healthcheck"]["test"][1]
+    assert found["spark-connect"]["healthcheck"]["test"][-1].endswith("/dev/tcp/127.0.0.1/15002")
+
+
+def test_airflow_services_wait_for_healthy_dependencies_and_the_init_service() -> None:
+    found = services()
+    for name in AIRFLOW_SERVICES:
+        depends = found[name]["depends_on"]
+        assert depends["postgres"] == {"condition": "service_healthy"}, name
+        assert depends["redis"] == {"condition": "service_healthy"}, name
+        assert depends["airflow-init"] == {"condition": "service_completed_successfully"}, name
+    worker = found["airflow-worker"]["depends_on"]
+    assert (
+        worker["airflow-apiserver"] == worker["spark-connect"] == {"condition": "service_healthy"}
+    )
+    for name in ["spark-worker-1", "spark-worker-2", "spark-connect"]:
+        assert found[name]["depends_on"] == {"spark-master": {"condition": "service_healthy"}}
+
+
+def test_the_init_service_migrates_creates_the_admin_checks_the_connection_and_the_pools() -> None:
+    init = services()["airflow-init"]
+    script = init["command"][-1]
+    steps = [
+        "airflow db migrate",
+        "airflow users create --role Admin",
+        '--password "$${AIRFLOW_ADMIN_PASSWORD}"',
+        "airflow connections get spark_default",
+        "python -m cdc_pipeline.local_airflow --print-pools > /tmp/cdc_pools.json",
+        "airflow pools import /tmp/cdc_pools.json",
+    ]
+    positions = [script.index(step) for step in steps]
+    assert positions == sorted(positions)
+    assert init["command"][0] == "-euc"  # any failing step fails the init, and so the start
+    assert init["environment"]["AIRFLOW_ADMIN_PASSWORD"] == required("AIRFLOW_ADMIN_PASSWORD")
+
+
+def test_secrets_come_from_the_env_file_and_are_shared_by_every_airflow_container() -> None:
+    found = services()
+    for name in [*AIRFLOW_SERVICES, "airflow-init"]:
+        env = found[name]["environment"]
+        for key, variable in SECRETS.items():
+            assert env[key] == required(variable), (name, key)
+        password = required("POSTGRES_PASSWORD")
+        assert env["AIRFLOW__DATABASE__SQL_ALCHEMY_CONN"] == (
+            f"postgresql+psycopg2://airflow:{password}@postgres:5432/airflow"
+        )
+        assert env["AIRFLOW__CORE__AUTH_MANAGER"] == (
+            "airflow.providers.fab.auth_manager.fab_auth_manager.FabAuthManager"
+        )
+    assert found["postgres"]["environment"]["POSTGRES_PASSWORD"] == required("POSTGRES_PASSWORD")
+    text = (REPO / "docker-compose.yaml").read_text()
+    assert "change-me" not in text and "admin:admin" not in text and "airflow:airflow@" not in text
+    assert found["airflow-apiserver"]["ports"] == ["${AIRFLOW_API_BIND:-127.0.0.1}:8080:8080"]
+    example = (REPO / ".env.example").read_text()
+    for variable in ENV_SECRETS:
+        assert re.search(rf"^{variable}=$", example, re.M), f"{variable} is documented, empty"
+    assert ".env" in (REPO / ".gitignore").read_text().split()
+    assert ".env" in (REPO / ".dockerignore").read_text().split()
 
 
 def test_airflow_settings_match_the_local_set_up(tmp_path: Path) -> None:
     local = LocalAirflow(
         tmp_path, tmp_path / "t.yaml", tmp_path / "l", tmp_path / "w"
     ).environment()
-    services = compose()["services"]
+    found = services()
     for name in AIRFLOW_SERVICES:
-        env = services[name]["environment"]
+        env = found[name]["environment"]
         assert set(SHARED) <= set(env), name
         assert set(SHARED) <= set(local)
-        assert env["AIRFLOW__DATABASE__SQL_ALCHEMY_CONN"].startswith("postgresql+psycopg2://")
         assert env["AIRFLOW__CORE__EXECUTOR"] == "CeleryExecutor"
         # The image holds the repo at /opt/cdc: its config and DAG folders must exist here too.
         for key in ("CDC_CONFIG", "AIRFLOW__CORE__DAGS_FOLDER", "AIRFLOW__CORE__PLUGINS_FOLDER"):
             assert (REPO / Path(env[key]).relative_to("/opt/cdc")).exists(), key
-    data = {
-        services[n]["environment"]["CDC_WAREHOUSE"] for n in [*AIRFLOW_SERVICES, *SPARK_SERVICES]
-    }
+    data = {found[n]["environment"]["CDC_WAREHOUSE"] for n in [*AIRFLOW_SERVICES, *SPARK_SERVICES]}
     assert data == {"/data/warehouse"}
 
 
-def test_spark_default_points_at_the_master() -> None:
-    services = compose()["services"]
-    connection = json.loads(services["airflow-worker"]["environment"]["AIRFLOW_CONN_SPARK_DEFAULT"])
-    assert connection == {"conn_type": "spark", "host": "spark://spark-master", "port": 7077}
-    master = " ".join(services["spark-master"]["command"])
+def test_spark_default_is_the_spark_connect_server_on_the_cluster(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    found = services()
+    value = found["airflow-worker"]["environment"]["AIRFLOW_CONN_SPARK_DEFAULT"]
+    assert json.loads(value) == {
+        "conn_type": "spark_connect",
+        "host": "sc://spark-connect",
+        "port": 15002,
+    }
+    # The provider's own hook turns it into the Connect URL the tasks use.
+    from airflow.providers.apache.spark.hooks.spark_connect import SparkConnectHook
+
+    monkeypatch.setenv("AIRFLOW_CONN_SPARK_DEFAULT", value)
+    assert SparkConnectHook("spark_default").get_connection_url() == "sc://spark-connect:15002/"
+    server = " ".join(found["spark-connect"]["command"])
+    for part in (
+        "$$SPARK_HOME/bin/spark-submit",
+        "--class org.apache.spark.sql.connect.service.SparkConnectServer",
+        "--master spark://spark-master:7077",
+        "--conf spark.connect.grpc.binding.port=15002",
+        "--conf spark.driver.host=spark-connect",
+        "spark-internal",
+    ):
+        assert part in server, part
+    master = " ".join(found["spark-master"]["command"])
     assert "deploy.master.Master --host spark-master --port 7077" in master
     for worker in ("spark-worker-1", "spark-worker-2"):
-        assert "Worker spark://spark-master:7077" in " ".join(services[worker]["command"])
+        assert "Worker spark://spark-master:7077" in " ".join(found[worker]["command"])
 
 
-def test_image_installs_the_project_with_java() -> None:
+def constraints() -> dict[str, str]:
+    lines = (REPO / "docker" / "constraints.txt").read_text().splitlines()
+    pins = [line.split("==") for line in lines if line and not line.startswith("#")]
+    return {name.lower().replace("_", "-"): version for name, version in pins}
+
+
+def test_the_image_installs_the_project_fab_and_clients_under_the_committed_constraints() -> None:
     dockerfile = (REPO / "Dockerfile").read_text()
-    assert (
-        "openjdk-17-jre-headless" in dockerfile and "pip install --no-cache-dir -e ." in dockerfile
-    )
+    assert "openjdk-17-jre-headless" in dockerfile and " curl" in dockerfile
+    install = dockerfile[dockerfile.index("RUN pip install") :].split("ENV")[0]
+    assert "--constraint docker/constraints.txt -e ." in install and FAB in install
+    assert "pip check" in install
+    pins = constraints()
+    assert pins["apache-airflow-providers-fab"] == "3.10.2"
+    # The image gets what the tests ran on: every package the venv also has, at its version
+    # (python-dateutil excepted: flask-appbuilder 5.2.2 needs <3; see the file's header).
+    differing = {}
+    for name, version in pins.items():
+        try:
+            installed = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            continue
+        if installed != version:
+            differing[name] = (installed, version)
+    assert set(differing) == {"python-dateutil"}, differing
+    for name in ("apache-airflow", "pyspark", "pyspark-client", "deltalake"):
+        assert pins[name] == metadata.version(name), name
 
 
-def test_docker_compose_validates_the_file() -> None:
+def run_compose(*args: str) -> subprocess.CompletedProcess[str]:
     binary = shutil.which("docker-compose")
     assert binary, "docker-compose (Debian package) is installed by make install"
-    result = subprocess.run(
-        [binary, "-f", str(REPO / "docker-compose.yaml"), "config", "-q"],
+    return subprocess.run(
+        [binary, "-f", str(REPO / "docker-compose.yaml"), *args],
         capture_output=True,
         text=True,
         check=False,
     )
+
+
+def test_docker_compose_refuses_to_start_without_the_env_file(tmp_path: Path) -> None:
+    result = run_compose("--project-directory", str(tmp_path), "config", "-q")
+    assert result.returncode != 0
+    assert re.search(r"set \w+ in \.env \(see \.env\.example\)", result.stderr), result.stderr
+    # Each secret on its own: a filled .env without it is refused, naming it.
+    filled = fill(tmp_path)
+    for variable in ENV_SECRETS:
+        partial = tmp_path / f"without-{variable}"
+        partial.write_text(re.sub(rf"^{variable}=.*$", f"{variable}=", filled, flags=re.M))
+        result = run_compose("--env-file", str(partial), "config", "-q")
+        assert result.returncode != 0 and f"set {variable} in .env" in result.stderr, variable
+
+
+def fill(directory: Path) -> str:
+    """.env.example with a value for every empty secret."""
+    text = (REPO / ".env.example").read_text()
+    return re.sub(r"^([A-Z_]+)=$", r"\1=not-a-real-secret-\1", text, flags=re.M)
+
+
+def test_docker_compose_validates_the_file_with_the_example_env_filled(tmp_path: Path) -> None:
+    env_file = tmp_path / ".env"
+    env_file.write_text(fill(tmp_path))
+    result = run_compose("--env-file", str(env_file), "config")
     assert result.returncode == 0, result.stderr
+    rendered = yaml.safe_load(result.stdout)["services"]
+    env = rendered["airflow-apiserver"]["environment"]
+    assert env["AIRFLOW__API_AUTH__JWT_SECRET"] == "not-a-real-secret-AIRFLOW_JWT_SECRET"
+    assert rendered["airflow-apiserver"]["ports"] == ["127.0.0.1:8080:8080/tcp"]
