@@ -1,16 +1,67 @@
-"""What the "CDC tables" view shows per table: Delta metadata and the last successful interval.
+"""What the "CDC tables" view shows per table: freshness, recent runs, Delta metadata, the last check.
 
-Reads only Delta logs (delta-rs) and the Airflow metadata DB: no table data, no Spark.
+Reads only Delta logs (delta-rs), the `cdc check` result file and the Airflow metadata DB (runs
+and their XCom counts): no table data, no Spark. Every function here blocks (files, DB): call
+it from a thread, never from an event loop.
 """
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
-from datetime import UTC, datetime
+import json
+from collections.abc import Collection, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 from cdc_pipeline.config import TableConfig, load_table_configs
 from cdc_pipeline.paths import TablePaths
+
+RECENT_RUNS = 20  # runs per table in the sparklines and the quarantine growth
+CHECK_FILE = "_cdc_check.json"  # written by `cdc check` next to the table's Delta tables
+COUNT_TASKS = ("stage", "overwrite_final")  # their XCom return_value holds the step's counts
+TIME_FORMAT = "%Y-%m-%d %H:%M:%SZ"
+
+
+@dataclass(frozen=True)
+class RunPoint:
+    """One finished DAG run of a table, with the counts its steps reported (None if unknown)."""
+
+    run_id: str
+    state: str
+    interval_start: datetime | None
+    interval_end: datetime | None
+    seconds: float | None
+    rows_read: int | None = None
+    staged: int | None = None
+    quarantined: int | None = None
+    changes: int | None = None
+    rows_written: int | None = None
+    partitions_rewritten: int | None = None
+
+
+@dataclass(frozen=True)
+class CheckResult:
+    """The latest `cdc check` of a table ({warehouse}/{table}/_cdc_check.json)."""
+
+    checked_at: str
+    ok: bool
+    breaches: list[str]
+
+    @property
+    def first_breach(self) -> str | None:
+        """The breach the view shows (the file lists them all)."""
+        return self.breaches[0] if self.breaches else None
+
+
+@dataclass(frozen=True)
+class Freshness:
+    """How far behind a table is, and whether it missed its deadline."""
+
+    last_success_end: datetime | None
+    hours_behind: float | None
+    deadline: datetime | None  # the next interval must have succeeded by then (None: no limit)
+    overdue: bool
 
 
 @dataclass(frozen=True)
@@ -19,20 +70,121 @@ class TableStatus:
 
     name: str
     dag_id: str
+    freshness_limit: str | None
+    freshness: Freshness
     last_success_interval: str | None
-    final_version: int | None
-    final_rows: int | None
-    staging_rows: int | None
-    quarantined_rows: int | None
-    last_optimize: str | None
-    last_vacuum: str | None
-    last_reset: str | None
+    last_run: RunPoint | None  # the latest successful run
+    runs: list[RunPoint] = field(default_factory=list)  # the last finished runs, oldest first
+    final_version: int | None = None
+    final_rows: int | None = None
+    staging_rows: int | None = None
+    quarantined_rows: int | None = None
+    last_optimize: str | None = None
+    last_vacuum: str | None = None
+    last_reset: str | None = None
+    check: CheckResult | None = None
+
+    @property
+    def quarantine_growth(self) -> int | None:
+        """Rows quarantined over the recent runs (None when no run reported a count)."""
+        counts = [r.quarantined for r in self.runs if r.quarantined is not None]
+        return sum(counts) if counts else None
 
     def as_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        """JSON-ready: datetimes as ISO 8601 text."""
+        return {
+            "name": self.name,
+            "dag_id": self.dag_id,
+            "freshness_limit": self.freshness_limit,
+            "last_success_end": _iso(self.freshness.last_success_end),
+            "hours_behind": self.freshness.hours_behind,
+            "deadline": _iso(self.freshness.deadline),
+            "overdue": self.freshness.overdue,
+            "last_success_interval": self.last_success_interval,
+            "last_run": _run_dict(self.last_run),
+            "runs": [_run_dict(r) for r in self.runs],
+            "quarantine_growth": self.quarantine_growth,
+            "final_version": self.final_version,
+            "final_rows": self.final_rows,
+            "staging_rows": self.staging_rows,
+            "quarantined_rows": self.quarantined_rows,
+            "last_optimize": self.last_optimize,
+            "last_vacuum": self.last_vacuum,
+            "last_reset": self.last_reset,
+            "check": None
+            if self.check is None
+            else {
+                "checked_at": self.check.checked_at,
+                "ok": self.check.ok,
+                "breaches": self.check.breaches,
+            },
+        }
 
 
-def _table(path: Any) -> Any:
+def _iso(value: datetime | None) -> str | None:
+    return None if value is None else value.astimezone(UTC).isoformat()
+
+
+def _run_dict(run: RunPoint | None) -> dict[str, Any] | None:
+    if run is None:
+        return None
+    data = dict(run.__dict__)
+    data["interval_start"], data["interval_end"] = _iso(run.interval_start), _iso(run.interval_end)
+    return data
+
+
+def parse_freshness(text: str) -> timedelta:
+    """A `freshness` value (`2h`, `1h30m`, `1d`) as a timedelta; ValueError naming the text."""
+    from cdc_pipeline.durations import parse_duration
+
+    return parse_duration(text)
+
+
+def next_interval_end(schedule: str, after: datetime) -> datetime:
+    """The end of the data interval that follows one ending at `after` (the next cron firing)."""
+    from croniter import croniter
+
+    from cdc_pipeline.planning import cron_of
+
+    return croniter(cron_of(schedule), after.astimezone(UTC)).get_next(datetime).astimezone(UTC)
+
+
+def freshness_of(table: TableConfig, last_success_end: datetime | None, now: datetime) -> Freshness:
+    """Hours behind (now - last successful data_interval_end) and the deadline check.
+
+    As the `freshness` field means it: the next interval (the one after the last success) must
+    have succeeded within `freshness` of its end. Before any success, the first interval after
+    the table's start date must have.
+    """
+    behind = None if last_success_end is None else (now - last_success_end).total_seconds() / 3600
+    limit = getattr(table, "freshness", None)
+    if not limit:
+        return Freshness(last_success_end, behind, None, False)
+    start = last_success_end or datetime.combine(
+        getattr(table, "start_date", now.date()), datetime.min.time(), UTC
+    )
+    deadline = next_interval_end(table.schedule, start) + parse_freshness(str(limit))
+    return Freshness(last_success_end, behind, deadline, now > deadline)
+
+
+def read_check(table_root: Path) -> CheckResult | None:
+    """The table's latest `cdc check` result, or None when there is none (or it is unreadable)."""
+    path = table_root / CHECK_FILE
+    try:
+        data = json.loads(path.read_text())
+        return CheckResult(
+            checked_at=str(data["checked_at"]),
+            ok=bool(data["ok"]),
+            breaches=[str(b) for b in data.get("breaches") or []],
+        )
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError, KeyError, TypeError) as error:
+        # A half-written or foreign file: say so in the view rather than hide the table.
+        return CheckResult(checked_at="?", ok=False, breaches=[f"unreadable {path}: {error}"])
+
+
+def _table(path: Path) -> Any:
     from deltalake import DeltaTable
     from deltalake.exceptions import TableNotFoundError
 
@@ -57,39 +209,132 @@ def _last(table: Any, match: Any) -> str | None:
         return None
     for entry in table.history(limit=500):
         if match(entry):
-            return datetime.fromtimestamp(int(entry["timestamp"]) / 1000, UTC).strftime(
-                "%Y-%m-%d %H:%M:%SZ"
-            )
+            return datetime.fromtimestamp(int(entry["timestamp"]) / 1000, UTC).strftime(TIME_FORMAT)
     return None
 
 
-def last_success_intervals() -> dict[str, str]:
-    """dag_id -> '[start, end)' of its latest successful run (Airflow metadata DB)."""
+def _counts(value: Any) -> dict[str, Any]:
+    """The `counts` of a step's XCom return value (stored as JSON, sometimes as JSON text)."""
+    for _ in range(2):
+        if isinstance(value, str):
+            try:
+                value = json.loads(value)
+            except ValueError:
+                return {}
+    counts = value.get("counts") if isinstance(value, dict) else None
+    return counts if isinstance(counts, dict) else {}
+
+
+def _int(value: Any) -> int | None:
+    try:
+        return None if value is None else int(value)
+    except (TypeError, ValueError):
+        return None
+
+
+def run_point(
+    run_id: str,
+    state: str,
+    interval: tuple[datetime | None, datetime | None],
+    times: tuple[datetime | None, datetime | None],
+    xcoms: Mapping[str, Any],
+) -> RunPoint:
+    """A run and its steps' XCom values (task_id -> return_value) as one point of the history."""
+    stage, final = _counts(xcoms.get("stage")), _counts(xcoms.get("overwrite_final"))
+    started, ended = (_utc(t) for t in times)
+    return RunPoint(
+        run_id=run_id,
+        state=state,
+        interval_start=_utc(interval[0]),
+        interval_end=_utc(interval[1]),
+        seconds=(ended - started).total_seconds() if started and ended else None,
+        rows_read=_int(stage.get("rows_read")),
+        staged=_int(stage.get("staged")),
+        quarantined=_int(stage.get("quarantined")),
+        changes=_int(final.get("changes")),
+        rows_written=_int(final.get("rows_written")),
+        partitions_rewritten=_int(final.get("partitions_rewritten")),
+    )
+
+
+def _utc(value: datetime | None) -> datetime | None:
+    if value is None:
+        return None
+    return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+
+
+def recent_runs(dag_ids: Collection[str], limit: int = RECENT_RUNS) -> dict[str, list[RunPoint]]:
+    """dag_id -> its last `limit` finished runs (by data interval end, oldest first) with counts.
+
+    Two queries on the Airflow metadata DB whatever the number of tables: the runs (ranked per
+    DAG by a window function) and the XCom return values of their stage/overwrite_final tasks.
+    """
+    if not dag_ids:
+        return {}
     from airflow.models.dagrun import DagRun
+    from airflow.models.xcom import XComModel
     from airflow.utils.session import create_session
     from sqlalchemy import func, select
 
-    with create_session() as session:
-        latest = (
-            select(DagRun.dag_id, func.max(DagRun.data_interval_end).label("end"))
-            .where(DagRun.state == "success", DagRun.dag_id.like("cdc\\_%", escape="\\"))
-            .group_by(DagRun.dag_id)
-            .subquery()
+    rank = (
+        func.row_number()
+        .over(partition_by=DagRun.dag_id, order_by=DagRun.data_interval_end.desc())
+        .label("rank")
+    )
+    ranked = (
+        select(
+            DagRun.id,
+            DagRun.dag_id,
+            DagRun.run_id,
+            DagRun.state,
+            DagRun.data_interval_start,
+            DagRun.data_interval_end,
+            DagRun.start_date,
+            DagRun.end_date,
+            rank,
         )
-        rows = session.execute(
-            select(DagRun.dag_id, DagRun.data_interval_start, DagRun.data_interval_end).join(
-                latest,
-                (DagRun.dag_id == latest.c.dag_id) & (DagRun.data_interval_end == latest.c.end),
+        .where(DagRun.dag_id.in_(sorted(dag_ids)), DagRun.state.in_(("success", "failed")))
+        .subquery()
+    )
+    with create_session() as session:
+        runs = session.execute(select(ranked).where(ranked.c.rank <= limit)).all()
+        values: dict[int, dict[str, Any]] = {}
+        if runs:
+            rows = session.execute(
+                select(XComModel.dag_run_id, XComModel.task_id, XComModel.value).where(
+                    XComModel.dag_run_id.in_([r.id for r in runs]),
+                    XComModel.task_id.in_(COUNT_TASKS),
+                    XComModel.key == "return_value",
+                    XComModel.map_index == -1,
+                )
+            ).all()
+            for run_key, task_id, value in rows:
+                values.setdefault(run_key, {})[task_id] = value
+    result: dict[str, list[RunPoint]] = {d: [] for d in dag_ids}
+    for r in sorted(runs, key=lambda r: (r.dag_id, _utc(r.data_interval_end) or datetime.min)):
+        result[r.dag_id].append(
+            run_point(
+                r.run_id,
+                str(r.state),
+                (r.data_interval_start, r.data_interval_end),
+                (r.start_date, r.end_date),
+                values.get(r.id, {}),
             )
-        ).all()
-    return {
-        dag_id: f"[{start:%Y-%m-%d %H:%M}, {end:%Y-%m-%d %H:%M})" for dag_id, start, end in rows
-    }
+        )
+    return result
 
 
-def table_status(table: TableConfig, intervals: dict[str, str]) -> TableStatus:
-    """The view's row of one table."""
-    paths = TablePaths.for_table(table.name)
+def table_status(
+    table: TableConfig,
+    runs: Sequence[RunPoint],
+    now: datetime | None = None,
+    paths: TablePaths | None = None,
+) -> TableStatus:
+    """The view's row of one table from its recent runs (oldest first) and its Delta logs."""
+    now = now or datetime.now(UTC)
+    paths = paths or TablePaths.for_table(table.name)
+    successes = [r for r in runs if r.state == "success" and r.interval_end is not None]
+    last = max(successes, key=lambda r: r.interval_end or now) if successes else None
     final, staging, quarantine = (
         _table(paths.final),
         _table(paths.staging),
@@ -98,7 +343,13 @@ def table_status(table: TableConfig, intervals: dict[str, str]) -> TableStatus:
     return TableStatus(
         name=table.name,
         dag_id=table.dag_id,
-        last_success_interval=intervals.get(table.dag_id),
+        freshness_limit=getattr(table, "freshness", None),
+        freshness=freshness_of(table, last.interval_end if last else None, now),
+        last_success_interval=None
+        if last is None or last.interval_start is None or last.interval_end is None
+        else f"[{last.interval_start:%Y-%m-%d %H:%M}, {last.interval_end:%Y-%m-%d %H:%M})",
+        last_run=last,
+        runs=list(runs),
         final_version=final.version() if final is not None else None,
         final_rows=_rows(final),
         staging_rows=_rows(staging),
@@ -106,10 +357,21 @@ def table_status(table: TableConfig, intervals: dict[str, str]) -> TableStatus:
         last_optimize=_last(final, lambda e: e.get("operation") == "OPTIMIZE"),
         last_vacuum=_last(final, lambda e: e.get("operation") == "VACUUM END"),
         last_reset=_last(staging, lambda e: e.get("cdc_step") == "reset_staging"),
+        check=read_check(paths.table_root),
     )
 
 
-def all_table_status(with_airflow: bool = True) -> list[TableStatus]:
-    """One row per valid config row, sorted by name."""
-    intervals = last_success_intervals() if with_airflow else {}
-    return [table_status(t, intervals) for _, t in sorted(load_table_configs().tables.items())]
+def all_table_status(
+    readable: Collection[str] | None = None, with_airflow: bool = True, now: datetime | None = None
+) -> list[TableStatus]:
+    """One row per valid config row whose DAG id is in `readable` (None: every row), by name.
+
+    Tables the caller may not read are dropped before their Delta logs or runs are read.
+    """
+    tables = [
+        t
+        for _, t in sorted(load_table_configs().tables.items())
+        if readable is None or t.dag_id in readable
+    ]
+    runs = recent_runs([t.dag_id for t in tables]) if with_airflow else {}
+    return [table_status(t, runs.get(t.dag_id, []), now) for t in tables]

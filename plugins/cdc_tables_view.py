@@ -1,34 +1,38 @@
-"""Airflow plugin: the "CDC tables" view, behind the same login as the Airflow UI."""
+"""Airflow plugin: the "CDC tables" control room, behind the Airflow login and per-DAG read access.
+
+Per table: how far behind it is (red past its `freshness` deadline), the last run's counts,
+quarantine growth, rows and run time of the recent runs as inline SVG sparklines, the latest
+`cdc check`, and links into the DAG. Links are relative to the page, so the view also works when
+Airflow is served under a sub-path. The handlers that read Delta logs and the metadata DB are
+plain `def`s: FastAPI runs them in its thread pool, off the api-server's event loop.
+"""
 
 from __future__ import annotations
 
 import html
+from collections.abc import Collection, Sequence
+from datetime import UTC, datetime
 from typing import Annotated, Any
+from urllib.parse import quote
 
 from airflow.api_fastapi.core_api.security import bearer_scheme, get_user
 from airflow.plugins_manager import AirflowPlugin
 from fastapi import Depends, FastAPI, HTTPException, Request
 from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
+from fastapi.security import HTTPAuthorizationCredentials
 
-from cdc_pipeline.table_status import all_table_status
+from cdc_pipeline.table_status import RunPoint, TableStatus, all_table_status
 
 PREFIX = "/cdc-tables"
-COLUMNS = [
-    ("name", "Table"),
-    ("last_success_interval", "Last successful interval"),
-    ("final_version", "Final Delta version"),
-    ("final_rows", "Final rows"),
-    ("staging_rows", "Rows in staging"),
-    ("quarantined_rows", "Quarantined rows"),
-    ("last_optimize", "Last optimize"),
-    ("last_vacuum", "Last vacuum"),
-    ("last_reset", "Last staging reset"),
-]
-app = FastAPI(title="CDC tables")
-Credentials = Annotated[Any, Depends(bearer_scheme)]
+# No /docs, /redoc or /openapi.json: a plugin app is served without Airflow's authentication,
+# and these would describe the view to anyone.
+app = FastAPI(title="CDC tables", docs_url=None, redoc_url=None, openapi_url=None)
 
 
-async def current_user(request: Request, credentials: Any) -> Any:
+async def current_user(
+    request: Request,
+    credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(bearer_scheme)],
+) -> Any:
     """The logged-in Airflow user (Bearer token or the UI's cookie), or None."""
     try:
         return await get_user(request, None, credentials)
@@ -36,37 +40,226 @@ async def current_user(request: Request, credentials: Any) -> Any:
         return None
 
 
+User = Annotated[Any, Depends(current_user)]
+
+
+def readable_dag_ids(auth_manager: Any, user: Any, dag_ids: Collection[str]) -> set[str]:
+    """The DAG ids among `dag_ids` that the auth manager lets `user` read (GET)."""
+    if user is None:
+        return set()
+    return set(
+        auth_manager.filter_authorized_dag_ids(dag_ids=set(dag_ids), user=user, method="GET")
+    )
+
+
+def utc_now() -> datetime:
+    """The view's clock (a function, so tests can set it)."""
+    return datetime.now(UTC)
+
+
+def visible_status(user: Any, now: datetime) -> list[TableStatus]:
+    """The status of each table whose DAG the user may read (blocking: DB and Delta logs)."""
+    from airflow.api_fastapi.app import get_auth_manager
+
+    from cdc_pipeline.config import load_table_configs
+
+    dag_ids = {t.dag_id for t in load_table_configs().tables.values()}
+    return all_table_status(readable_dag_ids(get_auth_manager(), user, dag_ids), now=now)
+
+
+def to_root(request: Request) -> str:
+    """The relative path from the requested page up to Airflow's root (`../` from `/cdc-tables/`).
+
+    Counted from the matched route's own path (`/` is one level below the mount, which is one
+    below Airflow's root), so it holds under whatever prefix a proxy or `base_url` adds.
+    """
+    route = request.scope.get("route")
+    path = getattr(route, "path", "/") or "/"
+    return "../" * max(path.count("/"), 1)
+
+
 @app.get("/api/tables")
-async def tables_json(request: Request, credentials: Credentials) -> Response:
-    """The view's data as JSON; 401 without a login."""
-    if await current_user(request, credentials) is None:
+def tables_json(user: User) -> Response:
+    """The view's data as JSON: only tables whose DAG the user may read; 401 without a login."""
+    if user is None:
         return JSONResponse({"detail": "Not authenticated"}, status_code=401)
-    return JSONResponse([s.as_dict() for s in all_table_status()])
+    return JSONResponse([s.as_dict() for s in visible_status(user, utc_now())])
 
 
 @app.get("/", response_class=HTMLResponse)
-async def tables_page(request: Request, credentials: Credentials) -> Response:
-    """One row per table; redirects to Airflow's login page when not logged in."""
-    if await current_user(request, credentials) is None:
-        return RedirectResponse(f"/api/v2/auth/login?next={request.url.path}", status_code=307)
-    rows = []
-    for status in all_table_status():
-        data = status.as_dict()
-        cells = [
-            f'<td><a href="/dags/{html.escape(status.dag_id)}" target="_top">{html.escape(status.name)}</a></td>'
-        ]
-        cells += [
-            f"<td>{html.escape('' if data[key] is None else str(data[key]))}</td>"
-            for key, _ in COLUMNS[1:]
-        ]
-        rows.append(f'<tr id="table-{html.escape(status.name)}">{"".join(cells)}</tr>')
-    head = "".join(f"<th>{title}</th>" for _, title in COLUMNS)
-    return HTMLResponse(
-        "<!doctype html><html><head><title>CDC tables</title><style>"
-        "body{font-family:sans-serif;margin:1.5em}table{border-collapse:collapse}"
-        "th,td{border:1px solid #ccc;padding:4px 10px;text-align:left}th{background:#f0f0f0}"
-        f"</style></head><body><h1>CDC tables</h1><table><thead><tr>{head}</tr></thead>"
-        f"<tbody>{''.join(rows)}</tbody></table></body></html>"
+def tables_page(request: Request, user: User) -> Response:
+    """One row per readable table; sends to Airflow's login page when not logged in."""
+    root = to_root(request)
+    if user is None:
+        # Relative Location (RFC 9110): the login page of this Airflow, whatever its sub-path.
+        target = f"{root}api/v2/auth/login?next={quote(request.url.path)}"
+        return RedirectResponse(target, status_code=307)
+    now = utc_now()
+    return HTMLResponse(render_page(visible_status(user, now), root, now))
+
+
+# --- rendering -----------------------------------------------------------------------------
+
+STYLE = """
+body{font-family:system-ui,sans-serif;margin:1.2em;color:#222}
+h1{font-size:1.4em;margin:0 0 .2em}
+p.note{color:#666;margin:0 0 1em;font-size:.9em}
+table{border-collapse:collapse}
+th,td{border:1px solid #ddd;padding:4px 8px;text-align:left;vertical-align:top;font-size:.9em}
+th{background:#f3f3f3}
+td.num{text-align:right;font-variant-numeric:tabular-nums}
+.late{background:#fde2e1;color:#a40000;font-weight:600}
+.fresh{color:#136b13}
+.bad{color:#a40000;font-weight:600}
+.ok{color:#136b13}
+.muted{color:#888}
+svg.spark{vertical-align:middle}
+svg.spark polyline{fill:none;stroke:#1f6fd1;stroke-width:1.5}
+svg.spark circle{fill:#1f6fd1}
+svg.spark rect.failed{fill:#d33}
+a{color:#1f6fd1}
+"""
+HEADERS = [
+    "Table",
+    "Behind",
+    "Last successful interval",
+    "Last run",
+    "Rows staged (runs)",
+    "Run time (runs)",
+    "Quarantine (runs)",
+    "Final",
+    "Check",
+    "Maintenance",
+]
+
+
+def _text(value: Any) -> str:
+    return html.escape("" if value is None else str(value))
+
+
+def sparkline(values: Sequence[float | None], width: int = 120, height: int = 24) -> str:
+    """An inline SVG polyline of `values` (None: a gap, drawn as a red tick at the bottom).
+
+    Self-contained markup: no script, no stylesheet or font from elsewhere.
+    """
+    known = [v for v in values if v is not None]
+    if not known:
+        return '<span class="muted">no runs</span>'
+    low, high = min(known), max(known)
+    span = (high - low) or 1.0
+    step = width / max(len(values) - 1, 1)
+    points, marks = [], []
+    for i, value in enumerate(values):
+        x = round(i * step, 1)
+        if value is None:
+            marks.append(
+                f'<rect class="failed" x="{x - 1}" y="{height - 4}" width="2" height="4"/>'
+            )
+            continue
+        y = round(height - 2 - (value - low) / span * (height - 4), 1)
+        points.append(f"{x},{y}")
+    last = points[-1].split(",") if points else None
+    dot = f'<circle cx="{last[0]}" cy="{last[1]}" r="2"/>' if last else ""
+    title = f"min {low:g}, max {high:g}, last {known[-1]:g} over {len(values)} runs"
+    return (
+        f'<svg class="spark" width="{width}" height="{height}" viewBox="-2 0 {width + 4} {height}" '
+        f'xmlns="http://www.w3.org/2000/svg" role="img"><title>{html.escape(title)}</title>'
+        f'<polyline points="{" ".join(points)}"/>{dot}{"".join(marks)}</svg>'
+    )
+
+
+def _behind(status: TableStatus) -> tuple[str, str]:
+    fresh = status.freshness
+    limit = f" (limit {_text(status.freshness_limit)})" if status.freshness_limit else ""
+    behind = fresh.hours_behind
+    text = "never succeeded" if behind is None else f"{behind:.1f} h behind"
+    if fresh.overdue:
+        deadline = f"{fresh.deadline:%Y-%m-%d %H:%M}Z" if fresh.deadline else ""
+        return "late", f"{text}{limit}<br>past deadline {deadline}"
+    return ("fresh" if fresh.hours_behind is not None else "muted"), f"{text}{limit}"
+
+
+def _last_run(run: RunPoint | None) -> str:
+    if run is None:
+        return '<span class="muted">none</span>'
+    parts = [
+        ("read", run.rows_read),
+        ("staged", run.staged),
+        ("quarantined", run.quarantined),
+        ("changes", run.changes),
+        ("written", run.rows_written),
+        ("partitions", run.partitions_rewritten),
+    ]
+    counts = ", ".join(f"{name} {value}" for name, value in parts if value is not None)
+    took = f" in {run.seconds:.0f} s" if run.seconds is not None else ""
+    return f"{_text(counts or 'no counts')}{took}"
+
+
+def _check(status: TableStatus) -> str:
+    check = status.check
+    if check is None:
+        return '<span class="muted">not checked</span>'
+    if check.ok:
+        return f'<span class="ok">ok</span> <span class="muted">{_text(check.checked_at)}</span>'
+    more = f" (+{len(check.breaches) - 1} more)" if len(check.breaches) > 1 else ""
+    return (
+        f'<span class="bad">breach</span>: {_text(check.first_breach)}{_text(more)} '
+        f'<span class="muted">{_text(check.checked_at)}</span>'
+    )
+
+
+def render_row(status: TableStatus, root: str) -> str:
+    """One table's row; every link is relative (`root` leads from the page to Airflow's root)."""
+    dag = f"{root}dags/{quote(status.dag_id)}"
+    name = _text(status.name)
+    behind_class, behind = _behind(status)
+    runs = status.runs
+    staged = [float(r.staged) if r.staged is not None else None for r in runs]
+    seconds = [r.seconds if r.state == "success" else None for r in runs]
+    quarantined = [float(r.quarantined) if r.quarantined is not None else None for r in runs]
+    failed = sum(1 for r in runs if r.state == "failed")
+    growth = status.quarantine_growth
+    last_link = (
+        f' <a href="{dag}/runs/{quote(status.last_run.run_id)}" target="_top">run</a>'
+        if status.last_run
+        else ""
+    )
+    cells = [
+        f'<td><a href="{dag}" target="_top">{name}</a><br>'
+        f'<a class="muted" href="{dag}/runs" target="_top">runs</a>'
+        + (f' <span class="bad">{failed} failed</span>' if failed else "")
+        + "</td>",
+        f'<td class="{behind_class}" data-hours="{_text(status.freshness.hours_behind)}">{behind}</td>',
+        f"<td>{_text(status.last_success_interval)}{last_link}</td>",
+        f"<td>{_last_run(status.last_run)}</td>",
+        f'<td class="spark-rows">{sparkline(staged)}</td>',
+        f'<td class="spark-seconds">{sparkline(seconds)}</td>',
+        f'<td class="quarantine">{sparkline(quarantined)}<br>'
+        f"+{_text(growth if growth is not None else '?')} over {len(runs)} runs, "
+        f"{_text(status.quarantined_rows if status.quarantined_rows is not None else 0)} held</td>",
+        f'<td class="num">{_text(status.final_rows)} rows<br>'
+        f'<span class="muted">v{_text(status.final_version)}, staging {_text(status.staging_rows)}</span></td>',
+        f'<td class="check">{_check(status)}</td>',
+        f'<td class="muted">optimize {_text(status.last_optimize or "-")}<br>'
+        f"vacuum {_text(status.last_vacuum or '-')}<br>reset {_text(status.last_reset or '-')}</td>",
+    ]
+    return f'<tr id="table-{name}">{"".join(cells)}</tr>'
+
+
+def render_page(statuses: Sequence[TableStatus], root: str, now: datetime) -> str:
+    """The whole page: self-contained HTML (inline CSS and SVG, no script)."""
+    head = "".join(f"<th>{title}</th>" for title in HEADERS)
+    rows = "".join(render_row(s, root) for s in statuses) or (
+        f'<tr><td colspan="{len(HEADERS)}" class="muted">No table you may read.</td></tr>'
+    )
+    late = sum(1 for s in statuses if s.freshness.overdue)
+    summary = f"{len(statuses)} tables, {late} past their freshness deadline"
+    return (
+        "<!doctype html><html><head><meta charset='utf-8'><title>CDC tables</title>"
+        f"<style>{STYLE}</style></head><body><h1>CDC tables</h1>"
+        f'<p class="note" id="summary">{_text(summary)}; as of {now:%Y-%m-%d %H:%M:%S}Z. '
+        "Sparklines: the last runs, oldest left (a red tick: no value, e.g. a failed run).</p>"
+        f"<table><thead><tr>{head}</tr></thead><tbody>{rows}</tbody></table></body></html>"
     )
 
 

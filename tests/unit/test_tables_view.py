@@ -1,0 +1,264 @@
+"""The CDC tables view: freshness, run history, check results, per-DAG access, relative links, no docs."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+from urllib.parse import urljoin
+
+import pyarrow as pa
+import pytest
+import yaml
+from airflow.api_fastapi.auth.managers.models.resource_details import DagDetails
+from airflow.api_fastapi.auth.managers.simple.simple_auth_manager import SimpleAuthManager
+from airflow.api_fastapi.auth.managers.simple.user import SimpleAuthManagerUser
+from deltalake import write_deltalake
+from fastapi import FastAPI
+from fastapi.testclient import TestClient
+
+from cdc_pipeline import table_status
+from cdc_pipeline.config import load_table_configs
+from cdc_pipeline.paths import TablePaths
+from cdc_pipeline.table_status import RunPoint, freshness_of, read_check, run_point
+from plugins import cdc_tables_view as view
+
+NOW = datetime(2024, 3, 1, 12, 30, tzinfo=UTC)
+PAGE = "/airflow/cdc-tables/"  # the view as the browser asks for it under a /airflow sub-path
+
+
+def write_config(path: Path, freshness: dict[str, str | None]) -> None:
+    rows = []
+    for name, limit in freshness.items():
+        row: dict[str, Any] = {
+            "name": name,
+            "file_format": "csv",
+            "columns": {"ID": "bigint", "TS": "timestamp"},
+            "keys": ["ID"],
+            "sequence_by": ["TS"],
+            "start_date": "2024-03-01",
+        }
+        if limit is not None:
+            row["freshness"] = limit
+        rows.append(row)
+    path.write_text(yaml.safe_dump({"tables": rows}))
+
+
+@pytest.fixture
+def tables(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """Two hourly tables (alpha: freshness 2h, beta: none) in a private warehouse."""
+    config = tmp_path / "tables.yaml"
+    write_config(config, {"alpha": "2h", "beta": None})
+    monkeypatch.setenv("CDC_CONFIG", str(config))
+    monkeypatch.setenv("CDC_WAREHOUSE", str(tmp_path / "warehouse"))
+    monkeypatch.setenv("CDC_LANDING", str(tmp_path / "landing"))
+    return tmp_path
+
+
+def at(hour: int, minute: int = 0) -> datetime:
+    return datetime(2024, 3, 1, hour, minute, tzinfo=UTC)
+
+
+def test_freshness_is_hours_since_the_last_success_and_late_past_the_next_interval_plus_limit(
+    tables: Path,
+) -> None:
+    alpha = load_table_configs().table("alpha")
+    # Last success ended 10:00: the next interval ends 11:00 and must succeed by 11:00 + 2h.
+    on_time = freshness_of(alpha, at(10), NOW)
+    assert (on_time.hours_behind, on_time.deadline, on_time.overdue) == (2.5, at(13), False)
+    late = freshness_of(alpha, at(10), at(13, 1))
+    assert (late.deadline, late.overdue) == (at(13), True)
+    # Never succeeded: the first interval (ending 01:00 on the start date) is the one due.
+    never = freshness_of(alpha, None, NOW)
+    assert (never.hours_behind, never.deadline, never.overdue) == (None, at(3), True)
+    # No freshness: hours behind only, never late.
+    beta = freshness_of(load_table_configs().table("beta"), at(1), NOW)
+    assert (beta.hours_behind, beta.deadline, beta.overdue) == (11.5, None, False)
+
+
+def test_run_point_reads_the_counts_from_the_steps_xcom_as_json_or_text() -> None:
+    stage = {"step": "stage", "counts": {"rows_read": 7, "staged": 5, "quarantined": 2}}
+    final = {"counts": {"changes": 5, "rows_written": 40, "partitions_rewritten": 3}}
+    point = run_point(
+        "r1",
+        "success",
+        (at(9), at(10)),
+        (datetime(2024, 3, 1, 10, 0, 5), datetime(2024, 3, 1, 10, 1, 35)),  # naive = UTC
+        {"stage": json.dumps(stage), "overwrite_final": final},
+    )
+    assert point == RunPoint("r1", "success", at(9), at(10), 90.0, 7, 5, 2, 5, 40, 3)
+    failed = run_point("r2", "failed", (at(10), at(11)), (at(11), None), {"stage": "not json"})
+    assert failed == RunPoint("r2", "failed", at(10), at(11), None)
+
+
+def test_read_check_gives_ok_the_first_breach_or_says_the_file_is_unreadable(
+    tmp_path: Path,
+) -> None:
+    assert read_check(tmp_path) is None
+    (tmp_path / "_cdc_check.json").write_text(
+        json.dumps(
+            {
+                "checked_at": "2024-03-01T12:00:00Z",
+                "ok": False,
+                "breaches": ["final: key 3 twice", "staging: x"],
+                "versions": {"final": 4},
+            }
+        )
+    )
+    check = read_check(tmp_path)
+    assert check is not None
+    assert (check.ok, check.first_breach, len(check.breaches)) == (False, "final: key 3 twice", 2)
+    (tmp_path / "_cdc_check.json").write_text("{half")
+    broken = read_check(tmp_path)
+    assert broken is not None and not broken.ok
+    assert broken.first_breach is not None and broken.first_breach.startswith("unreadable ")
+
+
+def history() -> list[RunPoint]:
+    """Three runs of alpha, oldest first: two successes and a failure between them."""
+    return [
+        RunPoint("scheduled__1", "success", at(7), at(8), 60.0, 10, 10, 1, 10, 100, 2),
+        RunPoint("scheduled__2", "failed", at(8), at(9), 30.0),
+        RunPoint("scheduled__3", "success", at(9), at(10), 45.0, 4, 3, 1, 3, 103, 1),
+    ]
+
+
+@pytest.fixture
+def delta_tables(tables: Path) -> Path:
+    """alpha's final (3 rows, then 1 more: version 1) and quarantine (2 rows); a failed check."""
+    paths = TablePaths.for_table("alpha")
+    write_deltalake(str(paths.final), pa.table({"ID": [1, 2, 3]}))
+    write_deltalake(str(paths.final), pa.table({"ID": [4]}), mode="append")
+    write_deltalake(str(paths.quarantine), pa.table({"_cdc_reason": ["a", "b"]}))
+    (paths.table_root / "_cdc_check.json").write_text(
+        json.dumps({"checked_at": "2024-03-01T12:00:00Z", "ok": False, "breaches": ["dup key 3"]})
+    )
+    return tables
+
+
+def test_table_status_combines_runs_delta_logs_and_the_check(delta_tables: Path) -> None:
+    alpha = load_table_configs().table("alpha")
+    status = table_status.table_status(alpha, history(), NOW)
+    assert status.last_run == history()[2]
+    assert status.last_success_interval == "[2024-03-01 09:00, 2024-03-01 10:00)"
+    assert (status.freshness.hours_behind, status.freshness.overdue) == (2.5, False)
+    assert (status.final_version, status.final_rows, status.quarantined_rows) == (1, 4, 2)
+    assert status.staging_rows is None  # no staging table yet
+    assert status.quarantine_growth == 2
+    assert status.check is not None and status.check.first_breach == "dup key 3"
+    data = status.as_dict()
+    assert data["last_success_end"] == "2024-03-01T10:00:00+00:00"
+    assert [r["seconds"] for r in data["runs"]] == [60.0, 30.0, 45.0]
+    json.dumps(data)  # JSON-ready
+
+
+def test_sparkline_scales_values_into_the_box_and_marks_missing_ones() -> None:
+    svg = view.sparkline([0.0, None, 10.0, 5.0], width=30, height=24)
+    assert '<polyline points="0.0,22.0 20.0,2.0 30.0,12.0"/>' in svg
+    assert '<rect class="failed" x="9.0" y="20"' in svg
+    assert "<script" not in svg and "http" not in svg.replace("http://www.w3.org/2000/svg", "")
+    assert view.sparkline([None, None]) == '<span class="muted">no runs</span>'
+
+
+class DenyOneDag(SimpleAuthManager):
+    """The simple auth manager, refusing one DAG: it cannot deny per DAG by itself (roles only)."""
+
+    denied = "cdc_beta"
+
+    def is_authorized_dag(self, *, method: Any, user: Any, access_entity: Any = None, details: DagDetails | None = None) -> bool:  # type: ignore[override]  # fmt: skip
+        if details is not None and details.id == self.denied:
+            return False
+        return super().is_authorized_dag(
+            method=method, user=user, access_entity=access_entity, details=details
+        )
+
+
+def test_readable_dag_ids_asks_the_auth_manager_per_dag() -> None:
+    dag_ids = {"cdc_alpha", "cdc_beta"}
+    viewer = SimpleAuthManagerUser(username="v", role="viewer")
+    no_role = SimpleAuthManagerUser(username="n", role=None)
+    assert view.readable_dag_ids(SimpleAuthManager(), viewer, dag_ids) == dag_ids
+    assert view.readable_dag_ids(SimpleAuthManager(), no_role, dag_ids) == set()
+    assert view.readable_dag_ids(SimpleAuthManager(), None, dag_ids) == set()
+    assert view.readable_dag_ids(DenyOneDag(), viewer, dag_ids) == {"cdc_alpha"}
+
+
+@pytest.fixture
+def client(delta_tables: Path, monkeypatch: pytest.MonkeyPatch) -> TestClient:
+    """The plugin app mounted at /cdc-tables as Airflow mounts it, under a /airflow sub-path."""
+    from airflow.api_fastapi import app as airflow_app
+
+    monkeypatch.setattr(airflow_app._AuthManagerState, "instance", DenyOneDag())
+    monkeypatch.setattr(
+        table_status, "recent_runs", lambda dag_ids: {"cdc_alpha": history(), "cdc_beta": []}
+    )
+    monkeypatch.setattr(view, "utc_now", lambda: NOW)
+    parent = FastAPI()
+    parent.mount("/cdc-tables", view.app)
+    return TestClient(parent, root_path="/airflow", follow_redirects=False)
+
+
+def login(user: Any) -> None:
+    view.app.dependency_overrides[view.current_user] = lambda: user
+
+
+@pytest.fixture(autouse=True)
+def no_login() -> Any:
+    yield
+    view.app.dependency_overrides.clear()
+
+
+def test_the_page_shows_only_readable_tables_with_relative_links(client: TestClient) -> None:
+    login(SimpleAuthManagerUser(username="v", role="viewer"))
+    response = client.get(f"{PAGE}")
+    assert response.status_code == 200
+    page = response.text
+    assert 'id="table-alpha"' in page and 'id="table-beta"' not in page  # beta's DAG is denied
+    assert 'href="/' not in page and "src=" not in page and "<script" not in page
+    base = "http://testserver/airflow/cdc-tables/"
+    assert urljoin(base, "../dags/cdc_alpha") == "http://testserver/airflow/dags/cdc_alpha"
+    assert 'href="../dags/cdc_alpha"' in page
+    assert 'href="../dags/cdc_alpha/runs/scheduled__3"' in page
+    assert "2.5 h behind (limit 2h)" in page and "1 failed" in page
+    assert "+2 over 3 runs, 2 held" in page  # quarantine growth and rows held
+    assert "breach</span>: dup key 3" in page
+    assert "read 4, staged 3, quarantined 1, changes 3, written 103, partitions 1 in 45 s" in page
+    assert page.count('<svg class="spark"') == 3
+    data = client.get(f"{PAGE}api/tables").json()
+    assert [t["name"] for t in data] == ["alpha"]
+
+
+def test_a_user_without_a_role_sees_no_table(client: TestClient) -> None:
+    login(SimpleAuthManagerUser(username="n", role=None))
+    assert "No table you may read." in client.get(f"{PAGE}").text
+    assert client.get(f"{PAGE}api/tables").json() == []
+
+
+def test_a_late_table_is_red(client: TestClient, monkeypatch: pytest.MonkeyPatch) -> None:
+    login(SimpleAuthManagerUser(username="v", role="viewer"))
+    monkeypatch.setattr(view, "utc_now", lambda: at(13, 1))
+    page = client.get(f"{PAGE}").text
+    row = page[page.index('id="table-alpha"') :]
+    # The last success ended 10:00: the 11:00 interval had to succeed by 13:00.
+    assert row.split("<td", 3)[2].startswith(' class="late"')
+    assert "past deadline 2024-03-01 13:00Z" in row
+
+
+def test_without_login_the_page_redirects_relatively_and_the_json_is_refused(
+    client: TestClient,
+) -> None:
+    response = client.get(f"{PAGE}")
+    assert response.status_code == 307
+    location = response.headers["location"]
+    assert location.startswith("../api/v2/auth/login?next=")
+    assert urljoin("http://testserver/airflow/cdc-tables/", location).startswith(
+        "http://testserver/airflow/api/v2/auth/login?next="
+    )
+    assert client.get(f"{PAGE}api/tables").status_code == 401
+
+
+@pytest.mark.parametrize("path", ["/docs", "/redoc", "/openapi.json", "/docs/oauth2-redirect"])
+def test_the_plugin_serves_no_api_docs(client: TestClient, path: str) -> None:
+    assert client.get(f"{PAGE}api/tables").status_code == 401  # the app answers at this prefix
+    assert client.get(f"{PAGE}{path.lstrip('/')}").status_code == 404
