@@ -1,0 +1,153 @@
+"""The local launcher: loopback by default, secrets readable by the owner only, one pool per table."""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from cdc_pipeline import local_airflow
+from cdc_pipeline.local_airflow import LocalAirflow, write_private
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def mode(path: Path) -> int:
+    return stat.S_IMODE(path.stat().st_mode)
+
+
+def config(path: Path) -> Path:
+    """Two valid rows and a bad one (no keys): pools only for the valid ones."""
+    row = {"file_format": "csv", "columns": {"ID": "bigint", "TS": "timestamp"}}
+    rows = [
+        {"name": "beta", **row, "keys": ["ID"], "sequence_by": ["TS"]},
+        {"name": "alpha", **row, "keys": ["ID"], "sequence_by": ["TS"]},
+        {"name": "broken", **row, "keys": ["NOPE"], "sequence_by": ["TS"]},
+    ]
+    path.write_text(yaml.safe_dump({"tables": rows}))
+    return path
+
+
+EXPECTED_POOLS = {
+    "cdc_alpha": {
+        "slots": 1,
+        "description": "CDC table alpha: one Spark step of the table at a time",
+    },
+    "cdc_beta": {
+        "slots": 1,
+        "description": "CDC table beta: one Spark step of the table at a time",
+    },
+}
+
+
+def test_write_private_creates_the_file_0600_whatever_the_umask(tmp_path: Path) -> None:
+    target = tmp_path / "secret.json"
+    old = os.umask(0)  # the most permissive umask: a plain open() would give 0666
+    try:
+        write_private(target, '{"admin": "one"}')
+        assert mode(target) == 0o600
+        write_private(target, '{"admin": "two"}')  # replaced whole, still 0600
+    finally:
+        os.umask(old)
+    assert (target.read_text(), mode(target)) == ('{"admin": "two"}', 0o600)
+    assert [p.name for p in tmp_path.iterdir()] == ["secret.json"]  # no temporary file left
+
+
+@pytest.fixture
+def launcher(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[LocalAirflow, list[Any]]:
+    """A LocalAirflow whose airflow CLI calls are recorded instead of run (with the pools file)."""
+    monkeypatch.delenv("CDC_AIRFLOW_HOST", raising=False)
+    local = LocalAirflow(
+        tmp_path / "home", config(tmp_path / "t.yaml"), tmp_path, tmp_path, port=8793
+    )
+    calls: list[Any] = []
+
+    def record(*args: str, **kwargs: Any) -> None:
+        pools = json.loads(Path(args[2]).read_text()) if args[:2] == ("pools", "import") else None
+        calls.append((args, pools))
+
+    monkeypatch.setattr(local, "airflow", record)
+    return local, calls
+
+
+def test_migrate_keeps_the_home_and_password_file_private_and_imports_one_pool_per_table(
+    launcher: tuple[LocalAirflow, list[Any]],
+) -> None:
+    local, calls = launcher
+    old = os.umask(0o022)  # the usual umask, which gives 0644 files and 0755 folders
+    try:
+        local.migrate()
+    finally:
+        os.umask(old)
+    assert mode(local.home) == 0o700
+    assert mode(local.passwords_file) == 0o600
+    password = local.admin_password()
+    assert len(password) >= 16
+    assert calls[0] == (("db", "migrate"), None)
+    assert calls[1][0][:2] == ("pools", "import") and calls[1][1] == EXPECTED_POOLS
+    # A second migrate keeps the password; a file left 0644 by an older launcher is tightened.
+    local.passwords_file.chmod(0o644)
+    local.home.chmod(0o755)
+    local.migrate()
+    assert (local.admin_password(), mode(local.passwords_file), mode(local.home)) == (
+        password,
+        0o600,
+        0o700,
+    )
+
+
+def test_the_api_server_binds_loopback_unless_told_otherwise(
+    launcher: tuple[LocalAirflow, list[Any]], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    local, _ = launcher
+    assert local.api_server_command()[1:] == ["api-server", "--host", "127.0.0.1", "--port", "8793"]
+    assert local.environment()["AIRFLOW__API__HOST"] == "127.0.0.1"
+    assert local.url == "http://127.0.0.1:8793"
+    monkeypatch.setenv("CDC_AIRFLOW_HOST", "0.0.0.0")
+    exposed = LocalAirflow(tmp_path, tmp_path / "t.yaml", tmp_path, tmp_path, port=8793)
+    assert exposed.api_server_command()[2:4] == ["--host", "0.0.0.0"]
+    assert exposed.environment()["AIRFLOW__API__HOST"] == "0.0.0.0"
+    assert exposed.url == "http://127.0.0.1:8793"  # clients still use loopback
+    flag = LocalAirflow(tmp_path, tmp_path / "t.yaml", tmp_path, tmp_path, port=1, host="::1")
+    assert (flag.api_server_command()[3], flag.url) == ("::1", "http://[::1]:1")
+
+
+def test_start_services_runs_the_api_server_with_its_host(
+    launcher: tuple[LocalAirflow, list[Any]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    local, _ = launcher
+    started: list[list[str]] = []
+
+    class FakePopen:
+        def __init__(self, command: list[str], **kwargs: Any) -> None:
+            started.append(command)
+            self.pid = 0
+
+    monkeypatch.setattr(local_airflow.subprocess, "Popen", FakePopen)
+    monkeypatch.setattr(local, "wait_for_api", lambda: None)
+    local.start_services()
+    assert [c[1:] for c in started] == [
+        ["api-server", "--host", "127.0.0.1", "--port", "8793"],
+        ["scheduler"],
+        ["dag-processor"],
+    ]
+    local.processes.clear()
+
+
+def test_print_pools_is_what_the_compose_init_service_imports(tmp_path: Path) -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "cdc_pipeline.local_airflow", "--print-pools"],
+        env={**os.environ, "CDC_CONFIG": str(config(tmp_path / "t.yaml"))},
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=REPO,
+    )
+    assert json.loads(result.stdout) == EXPECTED_POOLS
