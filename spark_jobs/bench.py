@@ -45,6 +45,7 @@ from cdc_pipeline.paths import TablePaths
 from spark_jobs import delta
 from spark_jobs.common import StepContext
 from spark_jobs.overwrite_final import final_schema, run_overwrite_final
+from spark_jobs.session import is_connect
 from spark_jobs.stage import run_stage
 from spark_jobs.transforms import ARRIVAL, BATCH, FILE, FLAG, ROW, latest_change_per_key
 
@@ -175,17 +176,33 @@ def change_rows(spark: SparkSession, spec: BenchSpec, rows: int, touched: int) -
     )
 
 
-def _jvm_pid(spark: SparkSession) -> int:
+def _jvm_pid(spark: SparkSession) -> int | None:
+    """The driver JVM's pid; None under Spark Connect (the JVM is the server's, maybe remote)."""
+    if is_connect(spark):
+        return None
     return int(spark.sparkContext._jvm.java.lang.ProcessHandle.current().pid())  # type: ignore[union-attr]
 
 
-def _reset_peak(pid: int) -> None:
+def _set_group(spark: SparkSession, group: str) -> None:
+    """Mark the next jobs as `group`: a job group (classic), a tag under Spark Connect."""
+    if is_connect(spark):
+        spark.clearTags()
+        spark.addTag(group.replace(",", "_"))
+    else:
+        spark.sparkContext.setJobGroup(group, group)
+
+
+def _reset_peak(pid: int | None) -> None:
     """Reset the process's peak RSS (VmHWM) so the next method's peak is its own (Linux)."""
+    if pid is None:
+        return
     with contextlib.suppress(OSError):
         Path(f"/proc/{pid}/clear_refs").write_text("5")
 
 
-def _peak_mb(pid: int) -> float | None:
+def _peak_mb(pid: int | None) -> float | None:
+    if pid is None:
+        return None
     try:
         for line in Path(f"/proc/{pid}/status").read_text().splitlines():
             if line.startswith("VmHWM:"):
@@ -196,7 +213,12 @@ def _peak_mb(pid: int) -> float | None:
 
 
 def _spark_stages(spark: SparkSession, group: str) -> dict[str, Any]:
-    """Stages of the jobs of `group` from Spark's REST API: count, wall and executor times."""
+    """Stages of the jobs of `group` from Spark's REST API: count, wall and executor times.
+
+    Empty under Spark Connect: the client does not know the server's UI (nor its job groups).
+    """
+    if is_connect(spark):
+        return {}
     url = spark.sparkContext.uiWebUrl
     if not url:
         return {}
@@ -264,11 +286,11 @@ def _measure(
     before = _files(final)
     _reset_peak(jvm)
     _reset_peak(os.getpid())
-    spark.sparkContext.setJobGroup(group, group)
+    _set_group(spark, group)
     started = time.perf_counter()
     counts = action()
     seconds = time.perf_counter() - started
-    spark.sparkContext.setJobGroup("bench", "bench")
+    _set_group(spark, "bench")
     after = _files(final)
     new = {p: s for p, s in after.items() if p not in before}
     return Measure(
@@ -538,7 +560,7 @@ def run_bench(
     result = {
         "created": stamp,
         "spec": {**asdict(spec), "output": str(spec.output)},
-        "machine": {"cpus": os.cpu_count(), "spark_master": spark.sparkContext.master},
+        "machine": {"cpus": os.cpu_count(), "spark_master": spark.conf.get("spark.master")},
         "cases": cases,
         "ratios": ratios(cases),
     }

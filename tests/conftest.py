@@ -1,27 +1,158 @@
-"""Shared fixtures: one local Spark session for every Spark test, and an isolated data root per test."""
+"""Shared fixtures: one Spark session per mode for every Spark test, and an isolated data root per test.
+
+Spark runs in two modes with the same results: classic (a JVM in the test process, `local[2]`)
+and Spark Connect (a client of one local Connect server, started once per test run from the
+pip package). The modules in BOTH_MODES run each test in both; `CDC_TEST_SPARK_MODES=connect`
+(or `classic,connect`) runs every Spark and CLI test in those modes instead.
+
+PySpark decides per process which kind of column `F.col` builds (the `SPARK_CONNECT_MODE_ENABLED`
+environment variable): a Connect test sets it for its duration only, so both kinds of session
+live in one test process. CLI tests in Connect mode hand the server to the `cdc` process through
+`CDC_SPARK_REMOTE`.
+"""
 
 from __future__ import annotations
 
 import os
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from tests.helpers import Workspace
 
+CLASSIC, CONNECT = "classic", "connect"
+# Representative modules run in both modes (together under 6 minutes more on 2 cores).
+BOTH_MODES = {
+    "tests/spark/test_stage.py",
+    "tests/spark/test_formats.py",
+    "tests/spark/test_delta_read.py",
+    "tests/spark/test_maintenance_and_reference.py",
+    "tests/spark/test_snapshots.py",
+    "tests/spark/test_history.py",
+}
+# Modules that run once, in Connect mode (their classic run is the same test under
+# CDC_TEST_SPARK_MODES=classic): the property test and the CLI fault tests.
+CONNECT_ONLY: set[str] = set()
+# Tests that read Spark's own job bookkeeping through `sparkContext` (the status tracker counts
+# the jobs of a job group): Connect has no sparkContext, and its tags do not reach the tracker.
+CLASSIC_ONLY = {"test_moved_key_lookup_reads_only_files_whose_key_range_can_hold_it"}
+SPARK_MODULES = ("tests/spark/", "tests/cli/")
+
+
+def _module(metafunc: pytest.Metafunc) -> str:
+    root = Path(str(metafunc.config.rootpath))
+    return Path(str(metafunc.definition.path)).relative_to(root).as_posix()
+
+
+def modes_for(module: str) -> list[str]:
+    """The Spark modes a test module runs in."""
+    chosen = os.environ.get("CDC_TEST_SPARK_MODES")
+    if chosen:
+        return [m.strip() for m in chosen.split(",") if m.strip()]
+    if module in BOTH_MODES:
+        return [CLASSIC, CONNECT]
+    if module in CONNECT_ONLY:
+        return [CONNECT]
+    return [CLASSIC]
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    """Parametrize Spark and CLI tests by mode: `spark` directly, CLI tests through spark_mode."""
+    module = _module(metafunc)
+    if not module.startswith(SPARK_MODULES):
+        return
+    modes = modes_for(module)
+    if metafunc.function.__name__ in CLASSIC_ONLY:
+        modes = [CLASSIC]
+    if modes == [CLASSIC]:
+        return
+    name = "spark" if "spark" in metafunc.fixturenames else "spark_mode"
+    if name == "spark_mode" and not module.startswith("tests/cli/"):
+        return
+    metafunc.parametrize(name, modes, indirect=True, scope="session" if name == "spark" else None)
+
+
+def current_mode(request: pytest.FixtureRequest) -> str:
+    """The mode of the running test: its `spark` or `spark_mode` parameter, else classic."""
+    callspec = getattr(request.node, "callspec", None)
+    params = callspec.params if callspec is not None else {}
+    return str(params.get("spark") or params.get("spark_mode") or CLASSIC)
+
+
+@pytest.fixture(autouse=True)
+def spark_mode(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """The test's Spark mode; in Connect mode PySpark builds Connect columns and `cdc`
+    processes get CDC_SPARK_REMOTE."""
+    mode = current_mode(request)
+    if mode == CONNECT:
+        server = request.getfixturevalue("connect_server")
+        monkeypatch.setenv("SPARK_CONNECT_MODE_ENABLED", "1")
+        monkeypatch.setenv("CDC_SPARK_REMOTE", server.url)
+    else:
+        monkeypatch.delenv("SPARK_CONNECT_MODE_ENABLED", raising=False)
+        monkeypatch.delenv("CDC_SPARK_REMOTE", raising=False)
+    return mode
+
 
 @pytest.fixture(scope="session")
-def spark():  # type: ignore[no-untyped-def]
-    """The one Spark session of the test run (local[2], 2 shuffle partitions)."""
+def connect_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    """One local Spark Connect server for the test run (local[2], 2 shuffle partitions)."""
+    from cdc_pipeline import connect_server
+
+    log = tmp_path_factory.mktemp("connect") / "server.log"
+    server = connect_server.start(
+        master="local[2]", conf={"spark.sql.shuffle.partitions": "2"}, log_path=log
+    )
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture(scope="session")
+def spark_classic() -> Iterator[Any]:
+    """The classic session of the test run (local[2], 2 shuffle partitions)."""
     os.environ.setdefault("CDC_SHUFFLE_PARTITIONS", "2")
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")  # loopback only
-    from spark_jobs.session import build_spark_session
+    os.environ.pop("SPARK_CONNECT_MODE_ENABLED", None)  # a classic session needs classic mode
+    from spark_jobs.session import build_classic_session
 
-    session = build_spark_session("cdc-tests", master="local[2]")
+    session = build_classic_session("cdc-tests", master="local[2]")
     session.conf.set("spark.sql.shuffle.partitions", "2")
     yield session
     session.stop()
+
+
+@pytest.fixture(scope="session")
+def spark_connect(connect_server: Any) -> Iterator[Any]:
+    """A Connect session of the test run's server, with the steps' SQL settings.
+
+    Built with the Connect session class itself so the process stays in classic mode outside
+    Connect tests (the `spark_mode` fixture switches it per test).
+    """
+    from pyspark.sql.connect.session import SparkSession as ConnectSession
+
+    from spark_jobs.session import REQUIRED_SQL_CONF
+
+    session = ConnectSession.builder.remote(connect_server.url).create()
+    for key, value in {**REQUIRED_SQL_CONF, "spark.sql.shuffle.partitions": "2"}.items():
+        session.conf.set(key, value)
+    yield session
+    session.stop()
+
+
+@pytest.fixture(scope="session")
+def spark(request: pytest.FixtureRequest) -> Any:
+    """The Spark session of a test: classic unless the test runs in Connect mode."""
+    mode = getattr(request, "param", CLASSIC)
+    if mode == CONNECT:
+        # Session-scoped: created once; the per-test mode switch is spark_mode's.
+        return request.getfixturevalue("spark_connect")
+    if mode != CLASSIC:
+        raise ValueError(f"unknown Spark mode {mode!r} (CDC_TEST_SPARK_MODES: classic, connect)")
+    return request.getfixturevalue("spark_classic")
 
 
 @pytest.fixture
