@@ -114,6 +114,7 @@ td.num{text-align:right;font-variant-numeric:tabular-nums}
 .ok{color:#136b13}
 .muted{color:#888}
 svg.spark{vertical-align:middle}
+td.spark-rows,td.spark-seconds{white-space:nowrap}
 svg.spark polyline{fill:none;stroke:#1f6fd1;stroke-width:1.5}
 svg.spark circle{fill:#1f6fd1}
 svg.spark rect.failed{fill:#d33}
@@ -208,6 +209,29 @@ def _check(status: TableStatus) -> str:
     )
 
 
+def _latest(values: Sequence[float | None], unit: str) -> str:
+    known = [v for v in values if v is not None]
+    return f' <span class="muted">{known[-1]:,.0f}{unit}</span>' if known else ""
+
+
+def _quarantine(status: TableStatus) -> str:
+    """Rows quarantined over the recent runs, and what the quarantine table holds."""
+    held = status.quarantined_rows or 0
+    if status.quarantine_growth is None:
+        return f"{held:,} held"
+    return f"+{status.quarantine_growth:,} over {len(status.runs)} runs, {held:,} held"
+
+
+def _final(status: TableStatus) -> str:
+    if status.final_rows is None:
+        return '<span class="muted">no table yet</span>'
+    staging = "" if status.staging_rows is None else f", staging {status.staging_rows:,}"
+    return (
+        f"{status.final_rows:,} rows<br>"
+        f'<span class="muted">v{_text(status.final_version)}{staging}</span>'
+    )
+
+
 def render_row(status: TableStatus, root: str) -> str:
     """One table's row; every link is relative (`root` leads from the page to Airflow's root)."""
     dag = f"{root}dags/{quote(status.dag_id)}"
@@ -218,7 +242,6 @@ def render_row(status: TableStatus, root: str) -> str:
     seconds = [r.seconds if r.state == "success" else None for r in runs]
     quarantined = [float(r.quarantined) if r.quarantined is not None else None for r in runs]
     failed = sum(1 for r in runs if r.state == "failed")
-    growth = status.quarantine_growth
     last_link = (
         f' <a href="{dag}/runs/{quote(status.last_run.run_id)}" target="_top">run</a>'
         if status.last_run
@@ -232,13 +255,10 @@ def render_row(status: TableStatus, root: str) -> str:
         f'<td class="{behind_class}" data-hours="{_text(status.freshness.hours_behind)}">{behind}</td>',
         f"<td>{_text(status.last_success_interval)}{last_link}</td>",
         f"<td>{_last_run(status.last_run)}</td>",
-        f'<td class="spark-rows">{sparkline(staged)}</td>',
-        f'<td class="spark-seconds">{sparkline(seconds)}</td>',
-        f'<td class="quarantine">{sparkline(quarantined)}<br>'
-        f"+{_text(growth if growth is not None else '?')} over {len(runs)} runs, "
-        f"{_text(status.quarantined_rows if status.quarantined_rows is not None else 0)} held</td>",
-        f'<td class="num">{_text(status.final_rows)} rows<br>'
-        f'<span class="muted">v{_text(status.final_version)}, staging {_text(status.staging_rows)}</span></td>',
+        f'<td class="spark-rows">{sparkline(staged)}{_latest(staged, "")}</td>',
+        f'<td class="spark-seconds">{sparkline(seconds)}{_latest(seconds, " s")}</td>',
+        f'<td class="quarantine">{sparkline(quarantined)}<br>{_quarantine(status)}</td>',
+        f'<td class="num">{_final(status)}</td>',
         f'<td class="check">{_check(status)}</td>',
         f'<td class="muted">optimize {_text(status.last_optimize or "-")}<br>'
         f"vacuum {_text(status.last_vacuum or '-')}<br>reset {_text(status.last_reset or '-')}</td>",
