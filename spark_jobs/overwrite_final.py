@@ -21,7 +21,7 @@ from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
-from pyspark.sql import DataFrame
+from pyspark.sql import DataFrame, Window
 from pyspark.sql import functions as F
 from pyspark.sql.types import StringType, StructField, StructType
 
@@ -40,6 +40,8 @@ from spark_jobs.transforms import (
 MAX_ATTEMPTS = 10
 ROUTE = delta.ROUTE_COLUMN  # "final" or "tombstones": which table an output row is for
 REMEMBERED = "_cdc_remembered"  # a ranked row that came from tombstones
+FROM_CHANGE = "_cdc_from_change"  # a ranked row that came from the interval's changes
+CURRENT_ROWS = "_cdc_current_rows"  # how many rows of final the ranked row's key has
 # Up to this many staged changes, their keys are broadcast to every join (a map-side filter of
 # final, no shuffle of its rows); above it Spark chooses (adaptive execution, shuffle joins).
 BROADCAST_CHANGES_MAX = 1_000_000
@@ -86,6 +88,32 @@ class Plan:
 
     touched: set[Any] | None  # None: the table is unpartitioned and rewritten whole
     output: DataFrame  # final's new rows and the new tombstones, told apart by ROUTE
+    winners: DataFrame  # the ranked rows (persisted: the verdict and the write both read them)
+
+    def changes_nothing(self) -> bool:
+        """True when the rewrite would give final and tombstones exactly the rows they hold.
+
+        That is when no change wins (a winning change is a new row image or a new delete),
+        every winning row of final is its key's only row there, and no remembered delete wins
+        over a row of final. Exact ties go to the copy already in final or tombstones, so a
+        change applied before (a rerun, a second extract staged the same) does not count.
+        """
+        row = self.winners.agg(
+            F.count(F.lit(1)).alias("winners"),
+            F.sum(
+                F.when(
+                    F.col(FROM_CHANGE)
+                    | (F.col(REMEMBERED) & (F.col(CURRENT_ROWS) > 0))
+                    | (~F.col(REMEMBERED) & (F.col(CURRENT_ROWS) != 1)),
+                    1,
+                ).otherwise(0)
+            ).alias("changing"),
+        ).collect()[0]  # metadata: one row of two counts
+        return bool(row["winners"]) and not row["changing"]
+
+    def release(self) -> None:
+        """Drop the cached ranking."""
+        self.winners.unpersist()
 
 
 def partitions_holding_keys(
@@ -280,17 +308,38 @@ def plan_rewrite(
     heal = attempt > 1
     current = final_rows if heal else final_rows.join(small_keys, on=keys, how="left_semi")
     candidates = (
-        changes.select(*change_columns, F.lit(False).alias(REMEMBERED))
-        .unionByName(_as_changes(current, change_columns, "U").withColumn(REMEMBERED, F.lit(False)))
+        changes.select(
+            *change_columns, F.lit(False).alias(REMEMBERED), F.lit(True).alias(FROM_CHANGE)
+        )
         .unionByName(
-            _as_changes(remembered, change_columns, "D").withColumn(REMEMBERED, F.lit(True))
+            _as_changes(current, change_columns, "U")
+            .withColumn(REMEMBERED, F.lit(False))
+            .withColumn(FROM_CHANGE, F.lit(False))
+        )
+        .unionByName(
+            _as_changes(remembered, change_columns, "D")
+            .withColumn(REMEMBERED, F.lit(True))
+            .withColumn(FROM_CHANGE, F.lit(False))
         )
     )
-    # A tie (the same delete staged again and already remembered) goes to the remembered copy,
-    # so a delete that wins is new exactly when it is not a remembered one.
-    winners = latest_change_per_key(
-        candidates, keys, table.sequence_by, tiebreak=[F.col(REMEMBERED).desc()]
+    # Each ranked row knows how many rows of final its key has (same window partitioning as
+    # the ranking: no second shuffle), so the verdict below needs no other join.
+    is_current = ~F.col(REMEMBERED) & ~F.col(FROM_CHANGE)
+    candidates = candidates.withColumn(
+        CURRENT_ROWS,
+        F.sum(F.when(is_current, 1).otherwise(0)).over(
+            Window.partitionBy(*[F.col(k) for k in keys])
+        ),
     )
+    # A tie (the same delete staged again and already remembered) goes to the remembered copy,
+    # so a delete that wins is new exactly when it is not a remembered one; a tie between a
+    # change and its copy in final goes to the copy, so a change applied before is no change.
+    winners = latest_change_per_key(
+        candidates,
+        keys,
+        table.sequence_by,
+        tiebreak=[F.col(REMEMBERED).desc(), F.col(FROM_CHANGE).asc()],
+    ).persist()
     is_delete = F.col(FLAG) == "D"
     output_columns = [c for c in change_columns if c != FLAG]
     tombstone_columns = {*keys, *table.sequence_by, *ARRIVAL}
@@ -312,7 +361,7 @@ def plan_rewrite(
     ).select(*output_columns, F.lit("final").alias(ROUTE))
     # Both tables' rows in one frame, written by one Spark job.
     output = unchanged.unionByName(ranked)
-    return Plan(touched, output)
+    return Plan(touched, output, winners)
 
 
 def _partition_filters(
@@ -372,8 +421,19 @@ def apply_changes(context: StepContext, changes: DataFrame, report: StepReport) 
             final = delta.load_snapshot(paths.final)
             tombstones = delta.load_snapshot(paths.tombstones)  # after final: see the run order
             plan = plan_rewrite(context, changes, changed, final, tombstones, attempt)
-            run_id = delta.new_run_id()
-            written = delta.write_routed(plan.output, routes, run_id, table.zorder_by)
+            try:
+                if plan.changes_nothing():
+                    # A rerun of an applied interval: nothing to commit, final keeps its version.
+                    report.counts.update(
+                        partitions_rewritten=0,
+                        rows_written=0,
+                        final_version=final.version,
+                    )
+                    break
+                run_id = delta.new_run_id()
+                written = delta.write_routed(plan.output, routes, run_id, table.zorder_by)
+            finally:
+                plan.release()
             new_final, new_tombstones = written["final"], written["tombstones"]
             if new_tombstones.actions:
                 # Before final, so a delete is never applied without being remembered.

@@ -1,0 +1,369 @@
+"""Step `check`: verify a table's invariants from its Delta tables and name the one that breaks.
+
+Checked, reading only key, sequence, arrival and partition columns (and the log's file lists):
+
+- final holds every key once (insert-only: every key and sequence once) and in one partition;
+- no key is live in final while tombstones hold a later delete of it;
+- history's current rows are final's rows (tables with history: true);
+- every data file the current versions reference exists (every table of the table's folder);
+- staging holds no change later than what final and tombstones hold for its key (a change staged
+  but not applied, or lost by a run): the latest-change rule over staging, final and tombstones
+  gives final. Ranking is by (sequence_by, arrival), the order overwrite-final ranks by; after a
+  reset-staging, staging is final plus tombstones, which holds trivially.
+
+Every table's snapshot is loaded first (staging before tombstones before final, the reverse of
+the order a run commits them, so a run landing in between cannot make a consistent table look
+broken); when a breach is found and a version moved meanwhile, the check is made again.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+import traceback
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+from cdc_pipeline.config import TableConfig, load_table_configs
+from cdc_pipeline.errors import ConfigError
+from cdc_pipeline.paths import TablePaths
+from spark_jobs import delta
+from spark_jobs.common import StepReport, one_line, write_summary
+from spark_jobs.history import IS_CURRENT
+from spark_jobs.transforms import ARRIVAL
+
+CHECK_FILE = "_cdc_check.json"
+# Table name -> its path under TablePaths, in load order: a run commits final before history,
+# tombstones before final, staging before both, so loading in this order never sees a newer
+# final than the tables it is compared with... except history, compared both ways (see retry).
+TABLES = ("ledger", "quarantine", "staging", "history_log", "tombstones", "final", "history")
+MAX_ROUNDS = 3  # a breach seen while versions moved is checked again, this often in all
+
+
+@dataclass
+class CheckResult:
+    """The outcome of checking one table."""
+
+    table: str
+    breaches: list[str] = field(default_factory=list)
+    versions: dict[str, int] = field(default_factory=dict)
+    counts: dict[str, int] = field(default_factory=dict)
+    seconds: float = 0.0
+
+    @property
+    def ok(self) -> bool:
+        """True when every invariant holds."""
+        return not self.breaches
+
+    def line(self) -> str:
+        """`check orders: ok keys=... versions=final@12,...` or `check orders: BREACH ...`."""
+        versions = ",".join(f"{name}@{v}" for name, v in self.versions.items())
+        counts = " ".join(f"{k}={v}" for k, v in self.counts.items())
+        if self.ok:
+            return f"check {self.table}: ok {counts} versions={versions or 'none'}".replace(
+                "  ", " "
+            )
+        return f"check {self.table}: BREACH {'; '.join(self.breaches)}"
+
+    def document(self) -> dict[str, Any]:
+        """What `_cdc_check.json` holds (the CDC tables view reads it)."""
+        return {
+            "checked_at": datetime.now(UTC).isoformat(timespec="seconds").replace("+00:00", "Z"),
+            "ok": self.ok,
+            "breaches": list(self.breaches),
+            "versions": dict(self.versions),
+            "seconds": round(self.seconds, 3),
+        }
+
+
+def _count(n: int, noun: str) -> str:
+    """`1 key`, `2 keys`."""
+    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
+
+
+def _example(row: Any, columns: Sequence[str]) -> str:
+    """A key as `ID=5` (composite: `ID=5,LINE=2`)."""
+    return ",".join(f"{c}={row[c]}" for c in columns)
+
+
+def _order(prefix: str, columns: Sequence[str]) -> Column:
+    """The rank order of a change, (sequence_by..., arrival...), as one comparable struct."""
+    return F.struct(*[F.col(f"{prefix}{c}").alias(c) for c in columns])
+
+
+def _missing_files(name: str, snapshot: delta.Snapshot) -> str | None:
+    """A breach when a data file of the snapshot is not on disk."""
+    missing = [f.path for f in snapshot.files if not (snapshot.path / f.path).exists()]
+    if not missing:
+        return None
+    return (
+        f"missing data files in {name}: {_count(len(missing), 'file')}, e.g. {missing[0]} "
+        f"(version {snapshot.version})"
+    )
+
+
+def _unique_keys(
+    table: TableConfig, final: DataFrame, version: int, counts: dict[str, int]
+) -> list[str]:
+    """Every key once in final (insert-only: every key and sequence), in one partition."""
+    identity = list(table.keys) if not table.insert_only else [*table.keys, *table.sequence_by]
+    column = table.partition_column
+    partitions = F.countDistinct(F.col(column)) if column else F.lit(1)
+    grouped = final.groupBy(*identity).agg(F.count(F.lit(1)).alias("n"), partitions.alias("p"))
+    moved, repeated = F.col("p") > 1, (F.col("n") > 1) & (F.col("p") <= 1)
+    key = F.struct(*[F.col(k) for k in identity])
+    summary = grouped.agg(
+        F.count(F.lit(1)).alias("keys"),
+        F.sum(F.when(repeated, 1).otherwise(0)).alias("repeated"),
+        F.sum(F.when(moved, 1).otherwise(0)).alias("moved"),
+        F.min(F.when(repeated, key)).alias("repeated_example"),
+        F.min(F.when(moved, key)).alias("moved_example"),
+    ).collect()[0]  # metadata: one row of counts and two example keys
+    counts["keys"] = int(summary["keys"])
+    what = "key" if not table.insert_only else "event"
+    breaches = []
+    if summary["repeated"]:
+        breaches.append(
+            f"duplicate {what}s in final: {_count(summary['repeated'], what)}, e.g. "
+            f"{_example(summary['repeated_example'], identity)} (version {version})"
+        )
+    if summary["moved"]:
+        breaches.append(
+            f"keys in two partitions of final: {_count(summary['moved'], 'key')}, e.g. "
+            f"{_example(summary['moved_example'], identity)} (version {version})"
+        )
+    return breaches
+
+
+def _latest_per_key(frame: DataFrame, keys: Sequence[str], order: Sequence[str]) -> DataFrame:
+    """Per key, the greatest (sequence_by, arrival) of its rows, as the struct column `o`."""
+    return frame.groupBy(*keys).agg(F.max(_order("", order)).alias("o"))
+
+
+def _later_than(
+    left: DataFrame, right: DataFrame, keys: Sequence[str], how: str
+) -> tuple[int, Any]:
+    """Keys whose `o` in `left` is later than in `right` (or absent there, with how="left")."""
+    joined = left.alias("l").join(right.alias("r"), on=list(keys), how=how)
+    later = joined.filter(F.col("r.o").isNull() | (F.col("l.o") > F.col("r.o")))
+    row = later.agg(
+        F.count(F.lit(1)).alias("n"), F.min(F.struct(*[F.col(k) for k in keys])).alias("e")
+    ).collect()[0]  # metadata: one count and one example key
+    return int(row["n"]), row["e"]
+
+
+def check_loaded(
+    spark: SparkSession, table: TableConfig, snapshots: dict[str, delta.Snapshot]
+) -> tuple[list[str], dict[str, int]]:
+    """The breaches of one loaded set of snapshots, and the counts of the ok line."""
+    breaches: list[str] = []
+    counts: dict[str, int] = {}
+    for name, snapshot in snapshots.items():
+        missing = _missing_files(name, snapshot)
+        if missing:
+            breaches.append(missing)
+    if breaches:
+        return breaches, counts  # reading a table with a missing file would only fail
+    keys, order = list(table.keys), [*table.sequence_by, *ARRIVAL]
+    final = snapshots.get("final")
+    if final is None or not final.files:
+        counts["keys"] = 0
+        final_rows = None
+    else:
+        columns = [*keys, *order, *([table.partition_column] if table.partition_column else [])]
+        final_rows = delta.read_snapshot(spark, final, columns=columns)
+        breaches += _unique_keys(table, final_rows, final.version, counts)
+    staging = snapshots.get("staging")
+    if table.insert_only:
+        if staging is not None and staging.files:
+            identity = [*keys, *table.sequence_by]
+            staged = delta.read_snapshot(spark, staging, columns=identity)
+            held = final_rows.select(*identity) if final_rows is not None else staged.limit(0)
+            pending = (
+                staged.join(held, on=identity, how="left_anti")
+                .agg(F.count(F.lit(1)).alias("n"), F.min(F.struct(*identity)).alias("e"))
+                .collect()[0]
+            )  # metadata: one count and one example
+            if pending["n"]:
+                breaches.append(
+                    f"staging has events not in final: {_count(pending['n'], 'event')}, e.g. "
+                    f"{_example(pending['e'], identity)} (staging version {staging.version})"
+                )
+        return breaches, counts
+    tombstones = snapshots.get("tombstones")
+    deleted = None
+    if tombstones is not None and tombstones.files:
+        deleted = _latest_per_key(
+            delta.read_snapshot(spark, tombstones, columns=[*keys, *order]), keys, order
+        )
+        counts["tombstones"] = tombstones.num_records
+    live = _latest_per_key(final_rows, keys, order) if final_rows is not None else None
+    if live is not None and deleted is not None:
+        n, example = _later_than(deleted, live, keys, "inner")
+        if n:
+            breaches.append(
+                f"live keys in final with a later delete in tombstones: {_count(n, 'key')}, e.g. "
+                f"{_example(example, keys)} (final version {final.version}, "  # type: ignore[union-attr]
+                f"tombstones version {tombstones.version})"  # type: ignore[union-attr]
+            )
+    if staging is not None and staging.files:
+        staged = _latest_per_key(
+            delta.read_snapshot(spark, staging, columns=[*keys, *order]), keys, order
+        )
+        known = [frame for frame in (live, deleted) if frame is not None]
+        if known:
+            applied = known[0] if len(known) == 1 else known[0].unionByName(known[1])
+            applied = applied.groupBy(*keys).agg(F.max("o").alias("o"))
+            n, example = _later_than(staged, applied, keys, "left")
+        else:
+            n = staged.count()
+            example = staged.agg(F.min(F.struct(*keys))).collect()[0][0]  # metadata: one key
+        if n:
+            breaches.append(
+                f"staging has changes later than final and tombstones (not applied): {_count(n, 'key')}, "
+                f"e.g. {_example(example, keys)} (staging version {staging.version}); run "
+                "overwrite-final for their interval"
+            )
+    history = snapshots.get("history")
+    if table.history and history is not None and history.schema is not None:
+        identity = [*keys, *order]
+        current = (
+            delta.read_snapshot(spark, history, columns=[*identity, IS_CURRENT])
+            .filter(F.col(IS_CURRENT))
+            .select(*identity)
+        )
+        rows = (
+            final_rows.select(*identity) if final_rows is not None else current.limit(0)
+        ).select(*[F.col(c).cast(current.schema[c].dataType) for c in identity])
+        # Distinct rows: a key twice in final is the uniqueness breach, reported above.
+        only_history = current.subtract(rows).withColumn("side", F.lit("history"))
+        only_final = rows.subtract(current).withColumn("side", F.lit("final"))
+        differing = (
+            only_history.unionByName(only_final)
+            .groupBy("side")
+            .agg(F.count(F.lit(1)).alias("n"), F.min(F.struct(*keys)).alias("e"))
+        )
+        sides = {r["side"]: r for r in differing.collect()}  # metadata: at most two rows
+        if sides:
+            example = next(iter(sides.values()))["e"]
+            in_history = sides["history"]["n"] if "history" in sides else 0
+            in_final = sides["final"]["n"] if "final" in sides else 0
+            breaches.append(
+                "history's current rows differ from final: "
+                f"{_count(in_history, 'row')} only in history, {_count(in_final, 'row')} only in "
+                f"final, e.g. {_example(example, keys)} (history version {history.version}, "
+                f"final version {final.version if final else -1})"
+            )
+    return breaches, counts
+
+
+def load_snapshots(paths: TablePaths) -> dict[str, delta.Snapshot]:
+    """The latest snapshot of every table of the table's folder that exists, in TABLES order."""
+    loaded = {name: delta.load_snapshot(getattr(paths, name)) for name in TABLES}
+    return {name: snapshot for name, snapshot in loaded.items() if snapshot.exists}
+
+
+def check_table(spark: SparkSession, table: TableConfig, paths: TablePaths) -> CheckResult:
+    """Check one table; a breach seen while another step committed is checked again."""
+    started = time.perf_counter()
+    result = CheckResult(table.name)
+    for _ in range(MAX_ROUNDS):
+        snapshots = load_snapshots(paths)
+        result.versions = {name: s.version for name, s in snapshots.items()}
+        result.breaches, result.counts = check_loaded(spark, table, snapshots)
+        if result.ok:
+            break
+        now = {name: s.version for name, s in load_snapshots(paths).items()}
+        if now == result.versions:
+            break  # nothing moved: the breach is the table's, not a run in progress
+    result.seconds = time.perf_counter() - started
+    return result
+
+
+def write_check_file(result: CheckResult, paths: TablePaths) -> Path:
+    """Write `{warehouse}/{table}/_cdc_check.json`."""
+    target = paths.table_root / CHECK_FILE
+    target.parent.mkdir(parents=True, exist_ok=True)
+    scratch = target.with_suffix(".json.tmp")
+    scratch.write_text(json.dumps(result.document(), indent=2) + "\n")
+    scratch.replace(target)  # a reader never sees half a file
+    return target
+
+
+def run_check(
+    spark: SparkSession, tables: Sequence[TableConfig], warehouse: Path | None = None
+) -> list[CheckResult]:
+    """Check the tables one after another, writing each one's `_cdc_check.json`."""
+    results = []
+    for table in tables:
+        paths = TablePaths.for_table(table.name, warehouse=warehouse)
+        result = check_table(spark, table, paths)
+        write_check_file(result, paths)
+        results.append(result)
+    return results
+
+
+def select_tables(config: Path | None, names: Sequence[str]) -> list[TableConfig]:
+    """The named tables (every valid table when none is named); ConfigError for a bad name."""
+    loaded = load_table_configs(config)
+    if not names:
+        if not loaded.tables and loaded.problems:
+            raise ConfigError("; ".join(str(p) for p in loaded.problems))
+        for problem in loaded.problems:
+            print(f"warning: check: skipped: {problem}", file=sys.stderr, flush=True)
+        return [loaded.tables[n] for n in sorted(loaded.tables)]
+    return [loaded.table(n) for n in dict.fromkeys(names)]
+
+
+def add_check_arguments(parser: argparse.ArgumentParser) -> None:
+    """`check [TABLE ...] [--config PATH]`."""
+    parser.add_argument("tables", nargs="*", metavar="TABLE", help="tables (default: every one)")
+    parser.add_argument("--config", type=Path, default=argparse.SUPPRESS, help="config table file")
+
+
+def execute_check(config: Path | None, names: Sequence[str]) -> int:
+    """One line per table; 0 when every invariant holds, 1 on a breach, 2 on a bad config."""
+    try:
+        tables = select_tables(config, names)
+    except ConfigError as error:
+        print(f"error: check: {one_line(error)}", file=sys.stderr, flush=True)
+        return 2
+    try:
+        from spark_jobs.session import build_spark_session
+
+        spark = build_spark_session("cdc-check")
+        results = run_check(spark, tables)
+    except Exception as error:
+        traceback.print_exc(file=sys.stderr)
+        print(f"error: check: {one_line(error)}", file=sys.stderr, flush=True)
+        return 1
+    for result in results:
+        print(result.line(), flush=True)
+    counts: dict[str, Any] = {r.table: "ok" if r.ok else "breach" for r in results}
+    write_summary(StepReport("check", ",".join(r.table for r in results), "", counts))
+    return exit_code(results)
+
+
+def exit_code(results: Sequence[CheckResult]) -> int:
+    """0 when every table holds its invariants, 1 when any breaks one."""
+    return 0 if all(r.ok for r in results) else 1
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """spark-submit entry: check [TABLE ...]."""
+    parser = argparse.ArgumentParser(prog="check")
+    add_check_arguments(parser)
+    namespace = parser.parse_args(list(sys.argv[1:] if argv is None else argv))
+    return execute_check(getattr(namespace, "config", None), namespace.tables)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

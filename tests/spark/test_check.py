@@ -1,0 +1,255 @@
+"""`cdc check`: each invariant broken on purpose gives its exact breach line; a good table is ok.
+
+The good table is built once by the real steps; each test copies it and breaks one invariant by
+writing the Delta tables directly with deltalake, as a buggy writer would. Also here: a rerun
+of an applied interval commits nothing (flat and snapshot tables), and the table stays ok.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pytest
+from deltalake import DeltaTable, write_deltalake
+
+from cdc_pipeline.config import TableConfig
+from spark_jobs.check import CHECK_FILE, exit_code, main, run_check
+from spark_jobs.reset_staging import run_reset_staging
+from spark_jobs.stage import run_stage
+from tests.helpers import Workspace, interval, table_rows
+from tests.spark.steps import context, run
+
+pytestmark = pytest.mark.spark
+ARRIVAL = ("_cdc_batch", "_cdc_file", "_cdc_row")
+
+ROW = {
+    "name": "t",
+    "file_format": "csv",
+    "columns": {"ID": "bigint", "P": "int", "VALUE": "string", "TS": "timestamp"},
+    "keys": ["ID"],
+    "sequence_by": ["TS"],
+    "partition_expression": "P",
+    "partition_column": "P_PART",
+    "history": True,
+}
+
+
+def land_story(ws: Workspace) -> None:
+    """Hour 0 inserts 1-4 in partitions 1 and 2; hour 1 moves 2 to partition 3, deletes 3."""
+    ws.land(
+        "t",
+        "2024-01-01T00",
+        "a.csv",
+        [
+            {"FLAG": "I", "ID": i, "P": 1 + i % 2, "VALUE": f"v{i}", "TS": "2024-01-01 00:00:01"}
+            for i in (1, 2, 3, 4)
+        ],
+    )
+    ws.land(
+        "t",
+        "2024-01-01T01",
+        "b.csv",
+        [
+            {"FLAG": "U", "ID": 2, "P": 3, "VALUE": "moved", "TS": "2024-01-01 01:00:01"},
+            {"FLAG": "D", "ID": 3, "TS": "2024-01-01 01:00:02"},
+        ],
+    )
+
+
+@pytest.fixture(scope="module")
+def good_warehouse(spark: Any, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The story applied by stage + overwrite-final, hour by hour: final holds 1, 2, 4."""
+    ws = Workspace(tmp_path_factory.mktemp("good"))
+    table = ws.configure(ROW)["t"]
+    land_story(ws)
+    run(spark, ws, table, "2024-01-01T00", "2024-01-01T01")
+    run(spark, ws, table, "2024-01-01T01", "2024-01-01T02")
+    assert table_rows(ws.paths("t").final, ["ID", "P_PART"]) == [(1, 2), (2, 3), (4, 1)]
+    return ws.warehouse
+
+
+@pytest.fixture
+def table(workspace: Workspace, good_warehouse: Path) -> TableConfig:
+    """A copy of the good table in this test's workspace."""
+    shutil.copytree(good_warehouse, workspace.warehouse)
+    land_story(workspace)
+    return workspace.configure(ROW)["t"]
+
+
+def check(spark: Any, ws: Workspace, table: TableConfig) -> tuple[str, int]:
+    """The check line and exit code of the table."""
+    (result,) = run_check(spark, [table], ws.warehouse)
+    return result.line(), exit_code([result])
+
+
+def version(path: Path) -> int:
+    return DeltaTable(str(path)).version()
+
+
+def append(path: Path, rows: list[dict[str, Any]]) -> None:
+    """Append rows straight to a Delta table (what a writer breaking an invariant would do)."""
+    target = DeltaTable(str(path))
+    schema = target.to_pyarrow_table().schema
+    partitions = list(target.metadata().partition_columns) or None
+    write_deltalake(
+        str(path), pa.Table.from_pylist(rows, schema), mode="append", partition_by=partitions
+    )
+
+
+def final_row(ws: Workspace, key: int) -> dict[str, Any]:
+    rows = DeltaTable(str(ws.paths("t").final)).to_pyarrow_table().to_pylist()
+    return next(r for r in rows if r["ID"] == key)
+
+
+def test_a_good_table_is_ok_and_the_check_file_says_so(
+    spark: Any, workspace: Workspace, table: TableConfig
+) -> None:
+    paths = workspace.paths("t")
+    versions = {n: version(getattr(paths, n)) for n in ("final", "staging", "tombstones")}
+    line, code = check(spark, workspace, table)
+    assert code == 0
+    assert line.startswith("check t: ok keys=3 tombstones=1 versions=")
+    assert f"final@{versions['final']}" in line and f"staging@{versions['staging']}" in line
+    written = json.loads((paths.table_root / CHECK_FILE).read_text())
+    assert written["ok"] is True and written["breaches"] == []
+    assert written["versions"]["final"] == versions["final"]
+    assert written["versions"]["tombstones"] == versions["tombstones"]
+    assert written["checked_at"].endswith("Z") and written["seconds"] > 0
+    # After a reset, staging is final plus tombstones: still ok.
+    run_reset_staging(context(spark, workspace, table))
+    assert check(spark, workspace, table)[1] == 0
+
+
+def test_a_duplicated_key_in_final(spark: Any, workspace: Workspace, table: TableConfig) -> None:
+    final = workspace.paths("t").final
+    append(final, [final_row(workspace, 4)])
+    line, code = check(spark, workspace, table)
+    assert (line, code) == (
+        f"check t: BREACH duplicate keys in final: 1 key, e.g. ID=4 (version {version(final)})",
+        1,
+    )
+    written = json.loads((workspace.paths("t").table_root / CHECK_FILE).read_text())
+    assert written["ok"] is False
+    assert written["breaches"] == [line.removeprefix("check t: BREACH ")]
+
+
+def test_a_key_in_two_partitions(spark: Any, workspace: Workspace, table: TableConfig) -> None:
+    final = workspace.paths("t").final
+    append(final, [{**final_row(workspace, 1), "P": 5, "P_PART": 5}])
+    assert check(spark, workspace, table) == (
+        f"check t: BREACH keys in two partitions of final: 1 key, e.g. ID=1 "
+        f"(version {version(final)})",
+        1,
+    )
+
+
+def test_a_live_key_with_a_later_tombstone(
+    spark: Any, workspace: Workspace, table: TableConfig
+) -> None:
+    paths = workspace.paths("t")
+    row = final_row(workspace, 1)
+    later = row["TS"].replace(hour=5)
+    append(paths.tombstones, [{"ID": 1, "TS": later, **{c: row[c] for c in ARRIVAL}}])
+    assert check(spark, workspace, table) == (
+        "check t: BREACH live keys in final with a later delete in tombstones: 1 key, e.g. ID=1 "
+        f"(final version {version(paths.final)}, tombstones version {version(paths.tombstones)})",
+        1,
+    )
+
+
+def test_history_current_rows_differ_from_final(
+    spark: Any, workspace: Workspace, table: TableConfig
+) -> None:
+    paths = workspace.paths("t")
+    current = [
+        r
+        for r in DeltaTable(str(paths.history)).to_pyarrow_table().to_pylist()
+        if r["ID"] == 4 and r["_cdc_is_current"]
+    ]
+    append(paths.history, [{**current[0], "ID": 99}])
+    assert check(spark, workspace, table) == (
+        "check t: BREACH history's current rows differ from final: 1 row only in history, "
+        f"0 rows only in final, e.g. ID=99 (history version {version(paths.history)}, "
+        f"final version {version(paths.final)})",
+        1,
+    )
+
+
+@pytest.mark.parametrize("name", ["final", "staging", "tombstones", "history", "ledger"])
+def test_a_missing_data_file(
+    spark: Any, workspace: Workspace, table: TableConfig, name: str
+) -> None:
+    path = getattr(workspace.paths("t"), name)
+    files = sorted(DeltaTable(str(path)).file_uris())
+    Path(files[0]).unlink()
+    relative = Path(files[0]).relative_to(path)
+    assert check(spark, workspace, table) == (
+        f"check t: BREACH missing data files in {name}: 1 file, e.g. {relative} "
+        f"(version {version(path)})",
+        1,
+    )
+
+
+def test_a_staged_change_not_applied(spark: Any, workspace: Workspace, table: TableConfig) -> None:
+    workspace.land(
+        "t",
+        "2024-01-01T02",
+        "c.csv",
+        [{"FLAG": "U", "ID": 4, "P": 1, "VALUE": "new", "TS": "2024-01-01 02:00:01"}],
+    )
+    run_stage(context(spark, workspace, table), interval("2024-01-01T02", "2024-01-01T03"))
+    staging = workspace.paths("t").staging
+    assert check(spark, workspace, table) == (
+        "check t: BREACH staging has changes later than final and tombstones (not applied): "
+        f"1 key, e.g. ID=4 (staging version {version(staging)}); run overwrite-final for their "
+        "interval",
+        1,
+    )
+
+
+def test_an_unknown_table_is_a_bad_config(workspace: Workspace, table: TableConfig) -> None:
+    assert main(["nope", "--config", str(workspace.config_path)]) == 2
+
+
+def test_a_rerun_of_an_applied_interval_commits_nothing(
+    spark: Any, workspace: Workspace, table: TableConfig
+) -> None:
+    paths = workspace.paths("t")
+    before = {n: version(getattr(paths, n)) for n in ("final", "tombstones")}
+    rows = table_rows(paths.final)
+    for start, end in (("2024-01-01T01", "2024-01-01T02"), ("2024-01-01T00", "2024-01-01T01")):
+        staged, applied = run(spark, workspace, table, start, end)
+        assert (staged.counts["new_files"], applied.counts["rows_written"]) == (0, 0)
+        assert applied.counts["final_version"] == before["final"]
+    assert {n: version(getattr(paths, n)) for n in ("final", "tombstones")} == before
+    assert table_rows(paths.final) == rows
+    assert check(spark, workspace, table)[1] == 0
+
+
+def test_a_rerun_of_an_applied_extract_commits_nothing(spark: Any, workspace: Workspace) -> None:
+    table = workspace.configure(
+        {
+            "name": "s",
+            "change_format": "snapshot",
+            "file_format": "csv",
+            "columns": {"ID": "bigint", "VALUE": "string"},
+            "keys": ["ID"],
+        }
+    )["s"]
+    extracts = {0: [(1, "a"), (2, "b"), (3, "c")], 1: [(1, "a"), (2, "B"), (4, "d")]}
+    for hour, rows in extracts.items():
+        workspace.land(
+            "s", f"2024-01-01T0{hour}", "x.csv", [{"ID": i, "VALUE": v} for i, v in rows]
+        )
+        run(spark, workspace, table, f"2024-01-01T0{hour}", f"2024-01-01T0{hour + 1}")
+    paths = workspace.paths("s")
+    before = {n: version(getattr(paths, n)) for n in ("final", "tombstones")}
+    _, applied = run(spark, workspace, table, "2024-01-01T01", "2024-01-01T02")
+    assert applied.counts["final_version"] == before["final"]
+    assert {n: version(getattr(paths, n)) for n in ("final", "tombstones")} == before
+    assert table_rows(paths.final, ["ID", "VALUE"]) == [(1, "a"), (2, "B"), (4, "d")]
+    assert check(spark, workspace, table)[1] == 0
