@@ -262,3 +262,12 @@ def test_without_login_the_page_redirects_relatively_and_the_json_is_refused(
 def test_the_plugin_serves_no_api_docs(client: TestClient, path: str) -> None:
     assert client.get(f"{PAGE}api/tables").status_code == 401  # the app answers at this prefix
     assert client.get(f"{PAGE}{path.lstrip('/')}").status_code == 404
+
+
+def test_handlers_that_read_files_and_the_db_run_in_the_thread_pool() -> None:
+    # FastAPI runs a plain `def` endpoint in its thread pool: delta-rs and the metadata DB
+    # never block the api-server's event loop. Only the login check (a token decode) is async.
+    import inspect
+
+    assert not inspect.iscoroutinefunction(view.tables_page)
+    assert not inspect.iscoroutinefunction(view.tables_json)
