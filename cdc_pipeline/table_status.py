@@ -32,6 +32,7 @@ class RunPoint:
     interval_start: datetime | None
     interval_end: datetime | None
     seconds: float | None
+    files: int | None = None  # landing files of the interval
     rows_read: int | None = None
     staged: int | None = None
     quarantined: int | None = None
@@ -241,6 +242,9 @@ def run_point(
 ) -> RunPoint:
     """A run and its steps' XCom values (task_id -> return_value) as one point of the history."""
     stage, final = _counts(xcoms.get("stage")), _counts(xcoms.get("overwrite_final"))
+    if str(stage.get("noop")).lower() == "true":
+        # An interval without landing files: the step did nothing, so nothing was read or staged.
+        stage = {"rows_read": 0, "staged": 0, "quarantined": 0, **stage}
     started, ended = (_utc(t) for t in times)
     return RunPoint(
         run_id=run_id,
@@ -248,6 +252,7 @@ def run_point(
         interval_start=_utc(interval[0]),
         interval_end=_utc(interval[1]),
         seconds=(ended - started).total_seconds() if started and ended else None,
+        files=_int(stage.get("files")),
         rows_read=_int(stage.get("rows_read")),
         staged=_int(stage.get("staged")),
         quarantined=_int(stage.get("quarantined")),

@@ -184,6 +184,7 @@ def _last_run(run: RunPoint | None) -> str:
     if run is None:
         return '<span class="muted">none</span>'
     parts = [
+        ("files", run.files),
         ("read", run.rows_read),
         ("staged", run.staged),
         ("quarantined", run.quarantined),

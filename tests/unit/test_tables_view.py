@@ -78,7 +78,7 @@ def test_freshness_is_hours_since_the_last_success_and_late_past_the_next_interv
 
 
 def test_run_point_reads_the_counts_from_the_steps_xcom_as_json_or_text() -> None:
-    stage = {"step": "stage", "counts": {"rows_read": 7, "staged": 5, "quarantined": 2}}
+    stage = {"step": "stage", "counts": {"files": 2, "rows_read": 7, "staged": 5, "quarantined": 2}}
     final = {"counts": {"changes": 5, "rows_written": 40, "partitions_rewritten": 3}}
     point = run_point(
         "r1",
@@ -87,9 +87,13 @@ def test_run_point_reads_the_counts_from_the_steps_xcom_as_json_or_text() -> Non
         (datetime(2024, 3, 1, 10, 0, 5), datetime(2024, 3, 1, 10, 1, 35)),  # naive = UTC
         {"stage": json.dumps(stage), "overwrite_final": final},
     )
-    assert point == RunPoint("r1", "success", at(9), at(10), 90.0, 7, 5, 2, 5, 40, 3)
+    assert point == RunPoint("r1", "success", at(9), at(10), 90.0, 2, 7, 5, 2, 5, 40, 3)
     failed = run_point("r2", "failed", (at(10), at(11)), (at(11), None), {"stage": "not json"})
     assert failed == RunPoint("r2", "failed", at(10), at(11), None)
+    # An interval without files: the steps report a no-op, which reads and stages nothing.
+    noop = {"counts": {"noop": "true", "files": 0}}
+    empty = run_point("r3", "success", (at(11), at(12)), (at(12), at(12, 1)), {"stage": noop})
+    assert empty == RunPoint("r3", "success", at(11), at(12), 60.0, 0, 0, 0, 0)
 
 
 def test_read_check_gives_ok_the_first_breach_or_says_the_file_is_unreadable(
@@ -118,9 +122,9 @@ def test_read_check_gives_ok_the_first_breach_or_says_the_file_is_unreadable(
 def history() -> list[RunPoint]:
     """Three runs of alpha, oldest first: two successes and a failure between them."""
     return [
-        RunPoint("scheduled__1", "success", at(7), at(8), 60.0, 10, 10, 1, 10, 100, 2),
+        RunPoint("scheduled__1", "success", at(7), at(8), 60.0, 1, 10, 10, 1, 10, 100, 2),
         RunPoint("scheduled__2", "failed", at(8), at(9), 30.0),
-        RunPoint("scheduled__3", "success", at(9), at(10), 45.0, 4, 3, 1, 3, 103, 1),
+        RunPoint("scheduled__3", "success", at(9), at(10), 45.0, 1, 4, 3, 1, 3, 103, 1),
     ]
 
 
@@ -223,7 +227,10 @@ def test_the_page_shows_only_readable_tables_with_relative_links(client: TestCli
     assert "2.5 h behind (limit 2h)" in page and "1 failed" in page
     assert "+2 over 3 runs, 2 held" in page  # quarantine growth and rows held
     assert "breach</span>: dup key 3" in page
-    assert "read 4, staged 3, quarantined 1, changes 3, written 103, partitions 1 in 45 s" in page
+    assert (
+        "files 1, read 4, staged 3, quarantined 1, changes 3, written 103, partitions 1 in 45 s"
+        in page
+    )
     assert page.count('<svg class="spark"') == 3
     data = client.get(f"{PAGE}api/tables").json()
     assert [t["name"] for t in data] == ["alpha"]
