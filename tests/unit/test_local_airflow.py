@@ -64,8 +64,14 @@ def test_write_private_creates_the_file_0600_whatever_the_umask(tmp_path: Path) 
 def launcher(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[LocalAirflow, list[Any]]:
     """A LocalAirflow whose airflow CLI calls are recorded instead of run (with the pools file)."""
     monkeypatch.delenv("CDC_AIRFLOW_HOST", raising=False)
+    # A spark-submit connection: start_services then starts no Spark Connect server.
     local = LocalAirflow(
-        tmp_path / "home", config(tmp_path / "t.yaml"), tmp_path, tmp_path, port=8793
+        tmp_path / "home",
+        config(tmp_path / "t.yaml"),
+        tmp_path,
+        tmp_path,
+        spark_connection=local_airflow.LOCAL_SPARK,
+        port=8793,
     )
     calls: list[Any] = []
 
