@@ -19,6 +19,7 @@ from airflow.sdk.exceptions import AirflowFailException
 from cdc_pipeline.alerts import (
     Alert,
     CdcNotifier,
+    CdcRunTimeoutNotifier,
     deadline_missed,
     quarantine_finding,
     quarantine_reasons,
@@ -61,6 +62,10 @@ def dag_arguments(plan: DagPlan) -> dict[str, Any]:
         "dagrun_timeout": plan.dagrun_timeout,
         "user_defined_macros": {"cdc_interval": partial(run_interval, cron_of(plan.schedule))},
     }
+    if plan.notify and plan.dagrun_timeout is not None:
+        arguments["on_failure_callback"] = CdcRunTimeoutNotifier(
+            plan.table, plan.notify, format_duration(plan.dagrun_timeout)
+        )
     if plan.freshness is not None:
         # Queued-at, not logical date: a backfill's runs of old intervals would all be past a
         # logical-date deadline the moment they are created. A scheduled run is queued when its

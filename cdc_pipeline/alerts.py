@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import urllib.request
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
@@ -32,6 +33,7 @@ from airflow.sdk.bases.notifier import BaseNotifier
 
 log = logging.getLogger(__name__)
 REGISTRY_VARIABLE = "cdc_notifiers"
+ENVIRONMENT_VARIABLE = "AIRFLOW_VAR_CDC_NOTIFIERS"
 ENTRY_POINT_GROUP = "cdc_pipeline.notifiers"
 Sender = Callable[["Alert"], None]
 
@@ -141,10 +143,19 @@ def sender_for(name: str, registry: Mapping[str, Any]) -> Sender:
 
 
 def load_registry() -> dict[str, Any]:
-    """The deployment's notifier registry: the JSON of the Airflow Variable cdc_notifiers, or {}."""
+    """The deployment's notifier registry: the JSON of the Airflow Variable cdc_notifiers, or {}.
+
+    Airflow 3.3's execution API refuses Variable reads to deadline callbacks (their token is not a
+    task's), so there the Variable is read from the environment, `AIRFLOW_VAR_CDC_NOTIFIERS`:
+    the way Airflow itself defines a Variable in the environment. Deployments that want deadline
+    alerts define it there.
+    """
     from airflow.sdk import Variable
 
-    value = Variable.get(REGISTRY_VARIABLE, default=None)
+    try:
+        value = Variable.get(REGISTRY_VARIABLE, default=None)
+    except PermissionError:  # AirflowSecretsBackendAccessDenied: a callback, not a task
+        value = os.environ.get(ENVIRONMENT_VARIABLE)
     if value is None:
         return {}
     registry = json.loads(value) if isinstance(value, str) else value
@@ -198,6 +209,35 @@ class CdcNotifier(BaseNotifier):
             task_id=getattr(ti, "task_id", None),
             message=f"{type(error).__name__}: {error}" if error else "the task failed",
             details={"try_number": getattr(ti, "try_number", None)},
+        )
+        send_alert(alert, self.names)
+
+
+class CdcRunTimeoutNotifier(BaseNotifier):
+    """DAG failure callback: announce a run stopped by dagrun_timeout.
+
+    Airflow marks the unfinished tasks of a timed-out run skipped, not failed, so no task failure
+    callback tells anyone; other run failures come with their task's own alert.
+    """
+
+    def __init__(self, table: str, names: Sequence[str], dagrun_timeout: str) -> None:
+        super().__init__()
+        self.table = table
+        self.names = list(names)
+        self.dagrun_timeout = dagrun_timeout
+
+    def notify(self, context: Any) -> None:
+        """Send a run_timed_out alert when the run failed for its timeout."""
+        if context.get("reason") != "timed_out":
+            return
+        dag = context.get("dag")
+        alert = Alert(
+            kind="run_timed_out",
+            table=self.table,
+            dag_id=str(getattr(dag, "dag_id", f"cdc_{self.table}")),
+            run_id=str(context.get("run_id", "")),
+            message=f"table {self.table}: the run exceeded dagrun_timeout {self.dagrun_timeout}; "
+            "Airflow stopped its unfinished tasks",
         )
         send_alert(alert, self.names)
 

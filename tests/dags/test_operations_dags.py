@@ -11,7 +11,7 @@ import pytest
 import yaml
 
 from cdc_pipeline.airflow_ops import FillRunInterval, PublishCounts, QuarantineCheck
-from cdc_pipeline.alerts import CdcNotifier, deadline_missed
+from cdc_pipeline.alerts import CdcNotifier, CdcRunTimeoutNotifier, deadline_missed
 from cdc_pipeline.config import parse_config
 from cdc_pipeline.planning import plan_table_dag
 
@@ -90,6 +90,9 @@ def test_the_parsed_dag_has_timeouts_pools_asset_callbacks_and_deadline(
     dag = dag_of(tmp_path, monkeypatch, {**ROW, **OPS})
     assert dag.dagrun_timeout == timedelta(hours=1, minutes=30)
     assert dag.max_active_runs == 1
+    run_notifier = dag.on_failure_callback
+    assert isinstance(run_notifier, CdcRunTimeoutNotifier)
+    assert (run_notifier.names, run_notifier.dagrun_timeout) == (["ops_email", "audit"], "1h30m")
     for task in dag.tasks:
         assert task.execution_timeout == timedelta(minutes=20)
         assert task.retries == 4
@@ -118,6 +121,7 @@ def test_without_notify_or_freshness_there_is_no_callback_or_deadline(
 ) -> None:
     dag = dag_of(tmp_path, monkeypatch, {**ROW, "max_quarantine_fraction": None})
     assert not dag.deadline
+    assert not dag.on_failure_callback
     assert all(not task.on_failure_callback for task in dag.tasks)
     assert dag.get_task("stage")._post_execute_hook is None
 

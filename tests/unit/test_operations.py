@@ -262,3 +262,46 @@ def test_publish_counts_puts_the_interval_and_counts_on_the_asset_event() -> Non
         "data_interval_end": "2024-01-01T01:00:00+00:00",
         "counts": {"rows_written": 2},
     }
+
+
+def test_the_registry_comes_from_the_variable_or_from_the_environment_in_a_callback(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from airflow.sdk import Variable
+
+    stored = {"cdc_notifiers": '{"a": {"kind": "jsonl", "path": "/x"}}'}
+
+    def get(key: str, default: Any = None) -> Any:
+        return stored.get(key, default)
+
+    monkeypatch.setattr(Variable, "get", staticmethod(get))
+    assert alerts.load_registry() == {"a": {"kind": "jsonl", "path": "/x"}}
+    stored.clear()
+    assert alerts.load_registry() == {}
+
+    def denied(key: str, default: Any = None) -> Any:
+        raise PermissionError("Access denied for variable 'cdc_notifiers' by Execution API")
+
+    monkeypatch.setattr(Variable, "get", staticmethod(denied))
+    monkeypatch.setenv("AIRFLOW_VAR_CDC_NOTIFIERS", '{"b": {"kind": "jsonl", "path": "/y"}}')
+    assert alerts.load_registry() == {"b": {"kind": "jsonl", "path": "/y"}}
+    monkeypatch.setattr(Variable, "get", staticmethod(lambda key, default=None: "[1]"))
+    with pytest.raises(NotifierError, match="must be a JSON object"):
+        alerts.load_registry()
+
+
+def test_a_run_timeout_is_announced_and_other_run_failures_are_left_to_their_tasks(
+    recorded: Path,
+) -> None:
+    from airflow.sdk import DAG
+
+    notifier = alerts.CdcRunTimeoutNotifier("t", ["record"], "3h")
+    dag = DAG("cdc_t", schedule=None)
+    notifier({"dag": dag, "run_id": "r1", "reason": "task_failure"})
+    assert records(recorded) == []
+    notifier({"dag": dag, "run_id": "r2", "reason": "timed_out"})
+    (record,) = records(recorded)
+    assert (record["kind"], record["run_id"], record["task_id"]) == ("run_timed_out", "r2", None)
+    assert record["message"] == (
+        "table t: the run exceeded dagrun_timeout 3h; Airflow stopped its unfinished tasks"
+    )
