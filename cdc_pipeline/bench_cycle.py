@@ -1,0 +1,784 @@
+"""`cdc bench-cycle`: N tables through ONE scheduling cycle of a real Airflow, per Spark mode.
+
+A tool, not a Spark step: it writes change files with pyarrow, drives a local Airflow
+(`LocalAirflow`: scheduler + LocalExecutor on SQLite) and, in Connect mode, one Spark Connect
+server; it reads the results with delta-rs and the timings from Airflow's metadata DB.
+
+The cycle is the scheduler's own: every table's DAG is unpaused at once, and the scheduler
+creates the run of the latest complete hour (the DAGs do not catch up), whose landing folder
+holds ~`changes` changes per table. A manual trigger or a backfill would not replace that run
+but add to it (the scheduler still creates the scheduled one on unpause), doubling the load.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import random
+import shutil
+import signal
+import statistics
+import subprocess
+import threading
+import time
+import urllib.parse
+import urllib.request
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+
+from cdc_pipeline.airflow_runs import MetadataDB, RunRow, TaskRow, wait_for_dag_runs
+from cdc_pipeline.intervals import HourBatch
+from cdc_pipeline.local_airflow import LOCAL_SPARK, LocalAirflow
+
+Mode = Literal["connect", "spark-submit"]
+Kind = Literal["partitioned", "unpartitioned", "insert_only"]
+KINDS: tuple[Kind, ...] = ("partitioned", "unpartitioned", "insert_only")
+FILE_FORMATS: dict[Kind, str] = {
+    "partitioned": "parquet",
+    "unpartitioned": "json",
+    "insert_only": "csv",
+}
+UPSERT_COLUMNS = {
+    "ID": "bigint",
+    "NAME": "string",
+    "QTY": "int",
+    "REGION": "string",
+    "SEQ": "bigint",
+}
+EVENT_COLUMNS = {"ID": "bigint", "NAME": "string", "QTY": "int", "TS": "timestamp", "SEQ": "bigint"}
+REGIONS = ("north", "south", "east", "west")
+DAG_PREFIX = "cdc_bc"
+# Both modes use the tables' default connection: LocalAirflow points spark_default at its own
+# Spark Connect server (connect mode) or at a local[2] spark-submit connection.
+CONN_ID = "spark_default"
+TASK_IDS = ("stage", "overwrite_final", "reset_staging", "optimize", "vacuum")
+
+
+class BenchCycleError(RuntimeError):
+    """The cycle could not be run or measured (the message says which table or step)."""
+
+
+@dataclass(frozen=True)
+class CycleSpec:
+    """What one `cdc bench-cycle` runs."""
+
+    tables: int = 65
+    changes: int = 300
+    modes: tuple[Mode, ...] = ("connect", "spark-submit")
+    parallelism: int | None = None  # Airflow core parallelism; None: LocalAirflow's
+    output: Path = Path("bench-results/cycle")
+    seed: int = 42
+    timeout: float = 3600.0
+    progress_every: float = 10.0
+
+    @classmethod
+    def smoke(cls, output: Path, modes: tuple[Mode, ...]) -> CycleSpec:
+        """Three tables (one of each kind), 30 changes each."""
+        return cls(tables=3, changes=30, modes=modes, output=output, timeout=600)
+
+    def validate(self) -> None:
+        """Raise ValueError naming the bad option."""
+        if self.tables < 1:
+            raise ValueError(f"--tables must be at least 1, not {self.tables}")
+        if self.changes < 2:
+            raise ValueError(f"--changes must be at least 2, not {self.changes}")
+        if self.parallelism is not None and self.parallelism < 1:
+            raise ValueError(f"--parallelism must be at least 1, not {self.parallelism}")
+
+
+# ---------------------------------------------------------------- change sets and expectations
+
+
+@dataclass(frozen=True)
+class BenchTable:
+    """One benchmark table: its kind and the change rows of the cycle's hour, in file order."""
+
+    index: int
+    kind: Kind
+    rows: tuple[dict[str, Any], ...]
+
+    @property
+    def name(self) -> str:
+        return f"bc{self.index:03d}_{self.kind[0]}"
+
+    @property
+    def dag_id(self) -> str:
+        return f"cdc_{self.name}"
+
+    @property
+    def file_format(self) -> str:
+        return FILE_FORMATS[self.kind]
+
+    @property
+    def final_columns(self) -> list[str]:
+        """The final table's columns the check compares, partition column last."""
+        if self.kind == "insert_only":
+            return [*EVENT_COLUMNS, "TS_DATE"]
+        if self.kind == "partitioned":
+            return [*UPSERT_COLUMNS, "REGION_UP"]
+        return list(UPSERT_COLUMNS)
+
+    def config_row(self, conn_id: str) -> dict[str, Any]:
+        """The table's row of the config table (maintenance never due: an hourly cycle)."""
+        row: dict[str, Any] = {
+            "name": self.name,
+            "file_format": self.file_format,
+            "columns": dict(EVENT_COLUMNS if self.kind == "insert_only" else UPSERT_COLUMNS),
+            "keys": ["ID"],
+            "sequence_by": ["SEQ"],
+            "flag_column": "FLAG",
+            "optimize_schedule": None,
+            "vacuum_schedule": None,
+            "reset_staging_schedule": None,
+            "start_date": "2024-01-01",
+            "spark_conn_id": conn_id,
+        }
+        if self.kind == "partitioned":
+            row |= {"partition_expression": "upper(REGION)", "partition_column": "REGION_UP"}
+        if self.kind == "insert_only":
+            row |= {
+                "partition_expression": "to_date(TS)",
+                "partition_column": "TS_DATE",
+                "insert_only": True,
+            }
+        return row
+
+
+def generate_table(index: int, changes: int, hour: datetime, seed: int) -> BenchTable:
+    """Table `index`'s change set: kinds take turns; the same arguments give the same rows."""
+    kind = KINDS[index % len(KINDS)]
+    rng = random.Random(f"{seed}-{index}")
+    rows = _event_rows(rng, changes, hour) if kind == "insert_only" else _upsert_rows(rng, changes)
+    # File order is not sequence order: the latest change must win by SEQ, not by position.
+    rng.shuffle(rows)
+    return BenchTable(index, kind, tuple(rows))
+
+
+def _upsert_rows(rng: random.Random, changes: int) -> list[dict[str, Any]]:
+    """Inserts, updates (some move to another REGION), deletes (half key-only), re-inserts."""
+    keys = max(1, changes * 2 // 3)  # about half of the keys change more than once
+    alive: set[int] = set()
+    rows = []
+    for seq in range(1, changes + 1):
+        key = rng.randrange(keys) + 1
+        flag = "I" if key not in alive else "D" if rng.random() < 0.2 else "U"
+        if flag == "D":
+            alive.discard(key)
+        else:
+            alive.add(key)
+        if flag == "D" and rng.random() < 0.5:
+            rows.append({"FLAG": "D", "ID": key, "SEQ": seq})  # key-only delete
+            continue
+        rows.append(
+            {
+                "FLAG": flag,
+                "ID": key,
+                "NAME": f"name-{key}-{seq}",
+                "QTY": rng.randrange(1000),
+                "REGION": rng.choice(REGIONS),
+                "SEQ": seq,
+            }
+        )
+    return rows
+
+
+def _event_rows(rng: random.Random, changes: int, hour: datetime) -> list[dict[str, Any]]:
+    """Insert-only events within the hour, about 5% of them sent twice (exact duplicates)."""
+    duplicates = changes // 20
+    rows = []
+    for key in range(1, changes - duplicates + 1):
+        second = (key * 3599) // max(1, changes)
+        rows.append(
+            {
+                "FLAG": "I",
+                "ID": key,
+                "NAME": f"event-{key}",
+                "QTY": rng.randrange(1000),
+                "TS": hour + timedelta(seconds=second),
+                "SEQ": key,
+            }
+        )
+    rows += [dict(rng.choice(rows)) for _ in range(duplicates)]
+    return rows
+
+
+def expected_rows(table: BenchTable) -> list[tuple[Any, ...]]:
+    """The final rows, computed here from the change set: latest per key by SEQ, deletes removed.
+
+    Insert-only: each (ID, SEQ) once. Rows are tuples in `final_columns` order, sorted.
+    """
+    if table.kind == "insert_only":
+        events = {(r["ID"], r["SEQ"]): r for r in table.rows}
+        return sorted(
+            (r["ID"], r["NAME"], r["QTY"], _naive(r["TS"]), r["SEQ"], r["TS"].date())
+            for r in events.values()
+        )
+    latest: dict[int, dict[str, Any]] = {}
+    for row in table.rows:
+        if row["ID"] not in latest or row["SEQ"] > latest[row["ID"]]["SEQ"]:
+            latest[row["ID"]] = row
+    result = []
+    for row in latest.values():
+        if row["FLAG"] == "D":
+            continue
+        values: tuple[Any, ...] = (row["ID"], row["NAME"], row["QTY"], row["REGION"], row["SEQ"])
+        if table.kind == "partitioned":
+            values += (row["REGION"].upper(),)
+        result.append(values)
+    return sorted(result)
+
+
+def _naive(value: Any) -> Any:
+    """Timestamps as naive UTC, so files, Delta and expectations compare equal."""
+    if isinstance(value, datetime) and value.tzinfo is not None:
+        return value.astimezone(UTC).replace(tzinfo=None)
+    return value
+
+
+def write_landing(table: BenchTable, landing: Path, hour: datetime) -> Path:
+    """Write the change set as one file of the table's format into the hour's landing folder."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    folder = landing / table.name / HourBatch(hour).folder
+    shutil.rmtree(landing / table.name, ignore_errors=True)
+    folder.mkdir(parents=True)
+    path = folder / f"part-00000.{table.file_format}"
+    columns = ["FLAG", *(EVENT_COLUMNS if table.kind == "insert_only" else UPSERT_COLUMNS)]
+    if table.file_format == "parquet":
+        types = {"FLAG": pa.string(), "ID": pa.int64(), "NAME": pa.string(), "QTY": pa.int32()}
+        types |= {"REGION": pa.string(), "SEQ": pa.int64()}
+        schema = pa.schema([(c, types[c]) for c in columns])
+        data = {c: [r.get(c) for r in table.rows] for c in columns}
+        pq.write_table(pa.Table.from_pydict(data, schema=schema), path)
+    elif table.file_format == "json":
+        with path.open("w") as out:
+            for row in table.rows:  # a key-only delete omits the other columns
+                out.write(json.dumps(row) + "\n")
+    else:
+        with path.open("w", newline="") as out:
+            writer = csv.DictWriter(out, fieldnames=columns)
+            writer.writeheader()
+            for row in table.rows:
+                writer.writerow({**row, "TS": row["TS"].strftime("%Y-%m-%d %H:%M:%S")})
+    return path
+
+
+def final_rows(table: BenchTable, warehouse: Path) -> list[tuple[Any, ...]]:
+    """The final Delta table's rows (delta-rs), as sorted tuples in `final_columns` order."""
+    from deltalake import DeltaTable
+
+    data = DeltaTable(str(warehouse / table.name / "final")).to_pyarrow_table(
+        columns=table.final_columns
+    )
+    return sorted(tuple(_naive(row[c]) for c in table.final_columns) for row in data.to_pylist())
+
+
+def check_table(table: BenchTable, warehouse: Path) -> str | None:
+    """None when the final table equals the expectation exactly, else one line saying how not."""
+    expected = expected_rows(table)
+    try:
+        actual = final_rows(table, warehouse)
+    except Exception as error:  # no final table: the run failed before its first commit
+        return f"{table.name}: final table unreadable: {type(error).__name__}: {error}"
+    if actual == expected:
+        return None
+    missing = sorted(set(expected) - set(actual))
+    extra = sorted(set(actual) - set(expected))
+    return (
+        f"{table.name}: {len(actual)} rows, expected {len(expected)}; "
+        f"missing {len(missing)} (first {missing[:1]}), unexpected {len(extra)} (first {extra[:1]})"
+    )
+
+
+# ---------------------------------------------------------------- measurement helpers
+
+
+class RssSampler:
+    """Peak RSS of this process and all its descendants (Airflow services, task processes, the
+    Connect server), sampled every `every` seconds in a thread.
+
+    RSS counts shared pages once per process, so the sum overstates real use a little; it is the
+    same measure for both modes.
+    """
+
+    def __init__(self, every: float = 1.0) -> None:
+        self.every = every
+        self.peak_mib = 0.0
+        self.peak_top: list[dict[str, Any]] = []
+        self.samples: list[tuple[float, float]] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._started = time.monotonic()
+
+    def _sample(self) -> tuple[float, list[dict[str, Any]]]:
+        import psutil
+
+        me = psutil.Process()
+        sizes = []
+        for process in [me, *me.children(recursive=True)]:
+            try:
+                rss = process.memory_info().rss / 2**20
+                name = " ".join(process.cmdline()[:4])[-80:]
+            except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+                continue
+            sizes.append({"pid": process.pid, "command": name, "mib": round(rss, 1)})
+        return sum(s["mib"] for s in sizes), sizes
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            total, sizes = self._sample()
+            self.samples.append((round(time.monotonic() - self._started, 1), round(total, 1)))
+            if total > self.peak_mib:
+                self.peak_mib = total
+                self.peak_top = sorted(sizes, key=lambda s: -s["mib"])[:6]
+            self._stop.wait(self.every)
+
+    def __enter__(self) -> RssSampler:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(timeout=30)
+
+
+def load_now() -> dict[str, Any]:
+    """The machine's load (shared with other engineers): `uptime` and the load averages."""
+    text = subprocess.run(["uptime"], capture_output=True, text=True, check=False).stdout.strip()
+    one, five, fifteen = os.getloadavg()
+    return {"uptime": text, "load1": one, "load5": five, "load15": fifteen, "cpus": os.cpu_count()}
+
+
+def summarize_tasks(tasks: list[TaskRow]) -> dict[str, dict[str, Any]]:
+    """Per task id: count, states, wall-time median/mean/max, and the median wait in the queue."""
+    summary: dict[str, dict[str, Any]] = {}
+    for task_id in sorted({t.task_id for t in tasks}, key=_task_order):
+        rows = [t for t in tasks if t.task_id == task_id]
+        seconds = [s for s in (t.seconds for t in rows) if s is not None]
+        waits = [(t.start - t.queued).total_seconds() for t in rows if t.start and t.queued]
+        states: dict[str, int] = {}
+        for t in rows:
+            states[t.state or "none"] = states.get(t.state or "none", 0) + 1
+        summary[task_id] = {
+            "count": len(rows),
+            "states": states,
+            "median_s": _round(statistics.median(seconds)) if seconds else None,
+            "mean_s": _round(statistics.fmean(seconds)) if seconds else None,
+            "max_s": _round(max(seconds)) if seconds else None,
+            "queue_wait_median_s": _round(statistics.median(waits)) if waits else None,
+        }
+    return summary
+
+
+def _task_order(task_id: str) -> int:
+    return TASK_IDS.index(task_id) if task_id in TASK_IDS else len(TASK_IDS)
+
+
+def _round(value: float) -> float:
+    return round(value, 2)
+
+
+def cycle_figures(
+    tasks: list[TaskRow], runs: list[RunRow], tables: int
+) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """Cycle wall time (first task start to last task end), per table-run, per-run times, Gantt."""
+    timed = [t for t in tasks if t.start is not None and t.end is not None]
+    if not timed:
+        raise BenchCycleError("no task of the cycle has a start and end time")
+    first = min(t.start for t in timed if t.start)
+    last = max(t.end for t in timed if t.end)
+    cycle = (last - first).total_seconds()
+    run_seconds = [(r.end - r.start).total_seconds() for r in runs if r.start and r.end]
+    figures = {
+        "cycle_seconds": _round(cycle),
+        "per_table_run_seconds": _round(cycle / tables),
+        "run_seconds_median": _round(statistics.median(run_seconds)) if run_seconds else None,
+        "run_seconds_max": _round(max(run_seconds)) if run_seconds else None,
+        "first_task_start": first.isoformat(),
+        "last_task_end": last.isoformat(),
+    }
+    gantt = [
+        {
+            "dag_id": t.dag_id,
+            "task_id": t.task_id,
+            "state": t.state,
+            "start_s": _round((t.start - first).total_seconds()) if t.start else None,
+            "end_s": _round((t.end - first).total_seconds()) if t.end else None,
+        }
+        for t in sorted(timed, key=lambda t: (t.dag_id, _task_order(t.task_id)))
+    ]
+    return figures, gantt
+
+
+# ---------------------------------------------------------------- Airflow and Spark per mode
+
+
+@dataclass
+class BenchAirflow(LocalAirflow):
+    """LocalAirflow with the bench's core parallelism and a REST client for (un)pausing."""
+
+    parallelism: int | None = None
+
+    def environment(self) -> dict[str, str]:
+        env = super().environment()
+        if self.parallelism is not None:
+            env["AIRFLOW__CORE__PARALLELISM"] = str(self.parallelism)
+        return env
+
+    @property
+    def launcher_parallelism(self) -> int:
+        """The core parallelism the services run with."""
+        return int(self.environment()["AIRFLOW__CORE__PARALLELISM"])
+
+    def rest(self, method: str, path: str, body: dict[str, Any] | None = None) -> Any:
+        """A REST API v2 call as admin (token per call: a few calls per cycle)."""
+        token_request = urllib.request.Request(
+            f"{self.url}/auth/token",
+            data=json.dumps({"username": "admin", "password": self.admin_password()}).encode(),
+            headers={"Content-Type": "application/json"},
+            method="POST",
+        )
+        with urllib.request.urlopen(token_request, timeout=120) as response:
+            token = json.loads(response.read())["access_token"]
+        request = urllib.request.Request(
+            f"{self.url}/api/v2{path}",
+            data=json.dumps(body).encode() if body is not None else None,
+            headers={"Content-Type": "application/json", "Authorization": f"Bearer {token}"},
+            method=method,
+        )
+        with urllib.request.urlopen(request, timeout=120) as response:
+            return json.loads(response.read())
+
+    def set_paused(self, paused: bool, prefix: str, count: int) -> int:
+        """Pause or unpause every DAG whose id starts with `prefix` (bulk PATCH, 100 a page);
+        how many DAGs the API says it matched."""
+        matched = 0
+        for offset in range(0, count, 100):
+            query = urllib.parse.urlencode(
+                {
+                    # dag_id_prefix_pattern matched nothing in a PATCH here (Airflow 3.3.2);
+                    # the substring pattern does (the home holds only the bench's DAGs).
+                    "dag_id_pattern": prefix,
+                    "update_mask": "is_paused",
+                    "limit": 100,
+                    "offset": offset,
+                }
+            )
+            answer = self.rest("PATCH", f"/dags?{query}", {"is_paused": paused})
+            matched += len(answer.get("dags", []))
+        return matched
+
+    def pause(self, dag_id: str) -> None:
+        self.rest("PATCH", f"/dags/{dag_id}?update_mask=is_paused", {"is_paused": True})
+
+
+def wait_for_dags(db: MetadataDB, dag_ids: list[str], timeout: float = 300) -> datetime:
+    """Wait until every DAG is serialized with a next run; that run's logical date (all equal)."""
+    deadline = time.monotonic() + timeout
+    found: dict[str, datetime | None] = {}
+    while time.monotonic() < deadline:
+        try:
+            found = db.next_dagruns(dag_ids)
+            errors = db.import_errors()
+        except Exception:  # the dag table is being written: ask again
+            found, errors = {}, []
+        if errors:
+            raise BenchCycleError(f"the DAG files do not import: {'; '.join(errors)}")
+        if len(found) == len(dag_ids) and all(found.values()):
+            dates = {d for d in found.values() if d is not None}
+            if len(dates) != 1:
+                raise BenchCycleError(f"the DAGs' next runs differ: {sorted(dates)}")
+            return dates.pop()
+        time.sleep(2)
+    missing = sorted(set(dag_ids) - {d for d, v in found.items() if v})
+    raise BenchCycleError(
+        f"{len(missing)} DAG(s) not serialized within {timeout:.0f} s: {', '.join(missing[:5])}"
+    )
+
+
+def wait_clear_of_hour_boundary(margin: float = 120) -> None:
+    """Sleep past the next full hour when it is less than `margin` seconds away.
+
+    The cycle's interval is the latest complete hour: if the hour turned between reading it
+    and the scheduler creating the runs, the runs would cover an hour without data.
+    """
+    now = datetime.now(UTC)
+    next_hour = now.replace(minute=0, second=0, microsecond=0) + timedelta(hours=1)
+    if (next_hour - now).total_seconds() < margin:
+        pause = (next_hour - now).total_seconds() + 15
+        print(f"bench-cycle: waiting {pause:.0f} s for the hour to turn", flush=True)
+        time.sleep(pause)
+
+
+def run_mode(spec: CycleSpec, mode: Mode, workdir: Path) -> dict[str, Any]:
+    """One cycle of `spec.tables` tables in `mode`; its figures and check results."""
+    workdir = workdir.resolve()  # Airflow's home and SQLite URL need absolute paths
+    shutil.rmtree(workdir, ignore_errors=True)
+    workdir.mkdir(parents=True)
+    landing, warehouse, config = workdir / "landing", workdir / "warehouse", workdir / "tables.yaml"
+    load_before = load_now()
+    setup_started = time.monotonic()
+    with RssSampler() as rss:
+        # The config rows depend on the kinds only; the rows come once the hour is known.
+        names = [BenchTable(i, KINDS[i % len(KINDS)], ()) for i in range(spec.tables)]
+        config.write_text(
+            yaml.safe_dump({"tables": [t.config_row(CONN_ID) for t in names]}, sort_keys=False)
+        )
+        local = BenchAirflow(
+            workdir / "airflow_home",
+            config.resolve(),
+            landing.resolve(),
+            warehouse.resolve(),
+            # None: LocalAirflow starts a Spark Connect server (a child: its RSS is counted).
+            spark_connection=None if mode == "connect" else LOCAL_SPARK,
+            log_dir=workdir / "logs",
+            parallelism=spec.parallelism,
+        )
+        db = MetadataDB(local.home / "airflow.db")
+        dag_ids = [t.dag_id for t in names]
+        wait_clear_of_hour_boundary()
+        print(f"bench-cycle [{mode}]: starting Airflow on {local.url}", flush=True)
+        local.migrate()
+        try:
+            local.start_services()
+            local.airflow("dags", "reserialize")
+            hour = wait_for_dags(db, dag_ids)
+            # The change sets are written for the hour the scheduler will run, now known.
+            tables = [generate_table(i, spec.changes, hour, spec.seed) for i in range(spec.tables)]
+            for table in tables:
+                write_landing(table, landing, hour)
+            setup_seconds = time.monotonic() - setup_started
+            print(
+                f"bench-cycle [{mode}]: {spec.tables} tables x {spec.changes} changes landed for "
+                f"[{hour.isoformat()}, +1h); unpausing every DAG",
+                flush=True,
+            )
+            unpause_all(local, db, dag_ids)
+            runs = wait_for_dag_runs(
+                db,
+                dag_ids,
+                1,
+                select=lambda run: run.interval_start == hour,
+                label=f"bench-cycle [{mode}]",
+                timeout=spec.timeout,
+                every=spec.progress_every,
+                on_poll=_hour_guard(local, db, dag_ids, hour),
+            )
+            tasks = [t for t in db.task_instances(dag_ids) if t.run_id in {r.run_id for r in runs}]
+            other_runs = [r for r in db.runs(dag_ids) if r.interval_start != hour]
+        finally:
+            local.stop()
+    load_after = load_now()
+    figures, gantt = cycle_figures(tasks, runs, spec.tables)
+    problems = [p for p in (check_table(t, warehouse) for t in tables) if p]
+    failed = sorted(r.dag_id for r in runs if r.state != "success")
+    return {
+        "mode": mode,
+        "tables": spec.tables,
+        "changes_per_table": spec.changes,
+        "kinds": {k: sum(1 for t in tables if t.kind == k) for k in KINDS},
+        "parallelism": local.launcher_parallelism,
+        "interval_start": hour.isoformat(),
+        **figures,
+        "setup_seconds": _round(setup_seconds),
+        "runs_succeeded": sum(1 for r in runs if r.state == "success"),
+        "runs_failed": failed,
+        "other_runs": len(other_runs),
+        "tasks": summarize_tasks(tasks),
+        "step_time_source": "none: the steps' summaries carry no timing; task wall times only",
+        "peak_rss_mib": round(rss.peak_mib),
+        "peak_rss_top": rss.peak_top,
+        "load_before": load_before,
+        "load_after": load_after,
+        "tables_checked": len(tables),
+        "tables_exact": len(tables) - len(problems),
+        "check_problems": problems,
+        "gantt": gantt,
+    }
+
+
+def unpause_all(local: BenchAirflow, db: MetadataDB, dag_ids: list[str]) -> None:
+    """Unpause every DAG at once (one bulk PATCH), then one by one any the DB still shows paused."""
+    matched = local.set_paused(False, DAG_PREFIX, len(dag_ids))
+    still: list[str] = []
+    for _attempt in range(2):
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            still = sorted(d for d, paused in db.paused(dag_ids).items() if paused)
+            if not still:
+                return
+            time.sleep(1)
+        print(
+            f"bench-cycle: {len(still)} DAG(s) still paused (bulk PATCH matched {matched}); "
+            "unpausing them one by one",
+            flush=True,
+        )
+        for dag_id in still:
+            local.rest("PATCH", f"/dags/{dag_id}?update_mask=is_paused", {"is_paused": False})
+    raise BenchCycleError(f"still paused after the unpause: {', '.join(still)}")
+
+
+def _hour_guard(
+    local: BenchAirflow, db: MetadataDB, dag_ids: list[str], hour: datetime
+) -> Callable[[list[RunRow]], None]:
+    """A poll hook: fail when the scheduler ran another hour instead; once the next hour is
+    due, pause each DAG whose cycle run finished (so no second cycle starts under the first)."""
+    paused: set[str] = set()
+    next_due = hour + timedelta(hours=2)  # the following interval's run is created at its end
+
+    def guard(runs: list[RunRow]) -> None:
+        have = {r.dag_id for r in runs}
+        others = [r for r in db.runs(dag_ids) if r.interval_start != hour and r.dag_id not in have]
+        if others:
+            raise BenchCycleError(
+                f"{others[0].dag_id}: the scheduler ran [{others[0].interval_start}, +1h) instead "
+                f"of [{hour.isoformat()}, +1h) (the hour turned during set-up): run again"
+            )
+        if datetime.now(UTC) >= next_due - timedelta(seconds=30):
+            for run in runs:
+                if run.state in ("success", "failed") and run.dag_id not in paused:
+                    local.pause(run.dag_id)
+                    paused.add(run.dag_id)
+
+    return guard
+
+
+# ---------------------------------------------------------------- results
+
+
+def plot_gantt(results: list[dict[str, Any]], path: Path) -> None:
+    """One panel per mode: a bar per task instance (row = table), seconds from the cycle start."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    colors = {
+        "stage": "tab:blue",
+        "overwrite_final": "tab:orange",
+        "reset_staging": "tab:gray",
+        "optimize": "tab:green",
+        "vacuum": "tab:purple",
+    }
+    height = max(3.0, 0.12 * max(r["tables"] for r in results) + 1.5)
+    figure, axes = plt.subplots(len(results), 1, figsize=(11, height * len(results)), squeeze=False)
+    span = max(r["cycle_seconds"] for r in results)
+    for axis, result in zip(axes[:, 0], results, strict=True):
+        rows = sorted({g["dag_id"] for g in result["gantt"]})
+        for bar in result["gantt"]:
+            y = rows.index(bar["dag_id"])
+            skipped = bar["state"] == "skipped"
+            axis.barh(
+                y,
+                bar["end_s"] - bar["start_s"],
+                left=bar["start_s"],
+                height=0.3 if skipped else 0.8,
+                color=colors.get(bar["task_id"], "black"),
+                alpha=0.5 if skipped else 0.9,
+            )
+        axis.set_xlim(0, span * 1.02)
+        axis.set_ylim(-1, len(rows))
+        axis.set_yticks([])
+        axis.set_ylabel(f"{len(rows)} tables")
+        load = result["load_before"]["load1"]
+        axis.set_title(
+            f"{result['mode']}: {result['tables']} tables x {result['changes_per_table']} changes, "
+            f"cycle {result['cycle_seconds']:.0f} s ({result['per_table_run_seconds']:.1f} s per "
+            f"table-run), parallelism {result['parallelism']}, peak RSS "
+            f"{result['peak_rss_mib']} MiB, load {load:.1f} before",
+            fontsize=9,
+        )
+    axes[-1, 0].set_xlabel("seconds from the first task's start")
+    handles = [plt.Rectangle((0, 0), 1, 1, color=c) for c in colors.values()]
+    figure.legend(handles, list(colors), loc="upper right", fontsize=8, ncol=5)
+    figure.tight_layout(rect=(0, 0, 1, 0.97))
+    figure.savefig(path, dpi=110)
+    plt.close(figure)
+
+
+def connect_mode_available() -> bool:
+    """Whether the local launcher can run the tasks as clients of its own Connect server."""
+    return hasattr(LocalAirflow, "start_spark")
+
+
+def _raise_interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
+
+
+def run_bench_cycle(spec: CycleSpec) -> dict[str, Any]:
+    """Every mode of `spec` on the same tables; writes latest.json and latest.png in `output`."""
+    spec.validate()
+    if "connect" in spec.modes and not connect_mode_available():
+        raise BenchCycleError(
+            "connect mode: the DAGs do not run spark_connect connections yet; use --mode spark-submit"
+        )
+    spec.output.mkdir(parents=True, exist_ok=True)
+    if threading.current_thread() is threading.main_thread():
+        # A plain `kill` then unwinds through the `finally` blocks that stop Airflow and Spark.
+        signal.signal(signal.SIGTERM, _raise_interrupt)
+    started = datetime.now(UTC)
+    results = []
+    for mode in spec.modes:
+        results.append(run_mode(spec, mode, spec.output / "work" / mode))
+        _print_result(results[-1])
+    document: dict[str, Any] = {
+        "benchmark": "cdc bench-cycle",
+        "started_at": started.isoformat(),
+        "spec": {**asdict(spec), "output": str(spec.output)},
+        "modes": results,
+    }
+    by_mode = {r["mode"]: r for r in results}
+    if {"connect", "spark-submit"} <= by_mode.keys():
+        document["speedup_per_table_run"] = _round(
+            by_mode["spark-submit"]["per_table_run_seconds"]
+            / by_mode["connect"]["per_table_run_seconds"]
+        )
+        print(f"bench-cycle: Connect is {document['speedup_per_table_run']}x faster per table-run")
+    (spec.output / "latest.json").write_text(json.dumps(document, indent=2, default=str) + "\n")
+    plot_gantt(results, spec.output / "latest.png")
+    print(f"bench-cycle: results in {spec.output}/latest.json and latest.png", flush=True)
+    return document
+
+
+def _print_result(result: dict[str, Any]) -> None:
+    tasks = ", ".join(
+        f"{task} {v['median_s']} s" for task, v in result["tasks"].items() if v["median_s"]
+    )
+    print(
+        f"bench-cycle [{result['mode']}]: {result['tables']} tables, cycle "
+        f"{result['cycle_seconds']} s = {result['per_table_run_seconds']} s per table-run; "
+        f"median task wall times: {tasks}; peak RSS {result['peak_rss_mib']} MiB; "
+        f"{result['tables_exact']}/{result['tables_checked']} tables exact; "
+        f"load before: {result['load_before']['uptime']}",
+        flush=True,
+    )
+    for problem in result["check_problems"][:10]:
+        print(f"bench-cycle [{result['mode']}]: MISMATCH {problem}", flush=True)
+
+
+def failed(document: dict[str, Any]) -> list[str]:
+    """One line per failed run or inexact table over every mode (empty: the cycle passed)."""
+    lines = []
+    for result in document["modes"]:
+        lines += [f"{result['mode']}: run of {d} failed" for d in result["runs_failed"]]
+        lines += [f"{result['mode']}: {p}" for p in result["check_problems"]]
+    return lines
+
+
+__all__ = [
+    "BenchCycleError",
+    "BenchTable",
+    "CycleSpec",
+    "check_table",
+    "expected_rows",
+    "generate_table",
+    "run_bench_cycle",
+    "write_landing",
+]

@@ -1,0 +1,240 @@
+"""bench-cycle's pure parts: change sets, the independent expectation, the table check, the
+run/task figures and the progress printer (no Airflow, no Spark)."""
+
+from __future__ import annotations
+
+import io
+import json
+import sqlite3
+from datetime import UTC, date, datetime, timedelta
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+from deltalake import write_deltalake
+
+from cdc_pipeline.airflow_runs import (
+    MetadataDB,
+    RunRow,
+    TaskRow,
+    count_states,
+    progress_line,
+    wait_for_dag_runs,
+)
+from cdc_pipeline.bench_cycle import (
+    BenchTable,
+    CycleSpec,
+    check_table,
+    cycle_figures,
+    expected_rows,
+    generate_table,
+    summarize_tasks,
+    write_landing,
+)
+
+HOUR = datetime(2024, 1, 1, 5, tzinfo=UTC)
+
+
+def upsert(flag: str, key: int, seq: int, region: str | None = "north") -> dict:
+    if region is None:  # key-only delete
+        return {"FLAG": flag, "ID": key, "SEQ": seq}
+    return {
+        "FLAG": flag,
+        "ID": key,
+        "NAME": f"n{key}-{seq}",
+        "QTY": seq,
+        "REGION": region,
+        "SEQ": seq,
+    }
+
+
+def test_expected_rows_keep_the_latest_change_per_key_by_seq_and_drop_deletes() -> None:
+    rows = (
+        upsert("U", 1, 3, "east"),  # latest of key 1, although listed first
+        upsert("I", 1, 1),
+        upsert("D", 1, 2, None),  # an older delete loses
+        upsert("I", 2, 4),
+        upsert("D", 2, 5, None),  # latest of key 2: gone
+        upsert("I", 3, 7, "west"),  # re-insert after a delete
+        upsert("D", 3, 6),
+    )
+    partitioned = BenchTable(0, "partitioned", rows)
+    assert expected_rows(partitioned) == [
+        (1, "n1-3", 3, "east", 3, "EAST"),
+        (3, "n3-7", 7, "west", 7, "WEST"),
+    ]
+    assert expected_rows(BenchTable(1, "unpartitioned", rows)) == [
+        (1, "n1-3", 3, "east", 3),
+        (3, "n3-7", 7, "west", 7),
+    ]
+
+
+def test_expected_rows_of_insert_only_keep_each_key_and_sequence_once() -> None:
+    event = {"FLAG": "I", "ID": 1, "NAME": "e", "QTY": 2, "TS": HOUR, "SEQ": 1}
+    later = {**event, "SEQ": 2, "TS": HOUR + timedelta(seconds=5)}
+    table = BenchTable(2, "insert_only", (event, dict(event), later))
+    naive = HOUR.replace(tzinfo=None)
+    assert expected_rows(table) == [
+        (1, "e", 2, naive, 1, date(2024, 1, 1)),
+        (1, "e", 2, naive + timedelta(seconds=5), 2, date(2024, 1, 1)),
+    ]
+
+
+def test_generated_tables_rotate_kinds_and_are_reproducible() -> None:
+    tables = [generate_table(i, 300, HOUR, seed=1) for i in range(4)]
+    assert [t.kind for t in tables] == [
+        "partitioned",
+        "unpartitioned",
+        "insert_only",
+        "partitioned",
+    ]
+    assert [t.name for t in tables] == ["bc000_p", "bc001_u", "bc002_i", "bc003_p"]
+    assert all(len(t.rows) == 300 for t in tables)
+    assert generate_table(0, 300, HOUR, seed=1) == tables[0]
+    assert generate_table(0, 300, HOUR, seed=2) != tables[0]
+    flags = {r["FLAG"] for r in tables[0].rows}
+    assert flags == {"I", "U", "D"}
+    assert len({r["SEQ"] for r in tables[0].rows}) == 300  # no ties: the expectation is exact
+    assert any(set(r) == {"FLAG", "ID", "SEQ"} for r in tables[0].rows)  # key-only deletes
+    # The rows are not in sequence order (the check would not see a position-based winner).
+    assert [r["SEQ"] for r in tables[0].rows] != sorted(r["SEQ"] for r in tables[0].rows)
+
+
+def test_landing_files_hold_the_change_set_in_the_hour_folder(tmp_path: Path) -> None:
+    table = generate_table(0, 20, HOUR, seed=3)
+    path = write_landing(table, tmp_path, HOUR)
+    assert path == tmp_path / "bc000_p" / "dt=2024-01-01" / "hr=05" / "part-00000.parquet"
+    read = pq.ParquetFile(path).read().to_pylist()
+    assert [{k: v for k, v in r.items() if v is not None} for r in read] == list(table.rows)
+    events = generate_table(2, 20, HOUR, seed=3)
+    text = write_landing(events, tmp_path, HOUR).read_text().splitlines()
+    assert text[0] == "FLAG,ID,NAME,QTY,TS,SEQ"
+    assert len(text) == 21
+    keyonly = BenchTable(1, "unpartitioned", (upsert("D", 4, 9, None),))
+    line = write_landing(keyonly, tmp_path, HOUR).read_text()
+    assert json.loads(line) == {"FLAG": "D", "ID": 4, "SEQ": 9}
+
+
+def test_check_table_passes_an_exact_final_table_and_names_a_wrong_one(tmp_path: Path) -> None:
+    table = generate_table(0, 40, HOUR, seed=5)
+    rows = expected_rows(table)
+    columns = table.final_columns
+    final = tmp_path / table.name / "final"
+
+    def write(values: list[tuple]) -> None:
+        data = {c: [v[i] for v in values] for i, c in enumerate(columns)}
+        write_deltalake(str(final), pa.table(data), mode="overwrite")
+
+    write(rows)
+    assert check_table(table, tmp_path) is None
+    write(rows[1:])
+    problem = check_table(table, tmp_path)
+    assert problem is not None
+    assert problem.startswith(
+        f"{table.name}: {len(rows) - 1} rows, expected {len(rows)}; missing 1"
+    )
+    assert "final table unreadable" in str(check_table(generate_table(3, 5, HOUR, 5), tmp_path))
+
+
+def task(dag: str, task_id: str, start: float, end: float, state: str = "success") -> TaskRow:
+    return TaskRow(
+        dag,
+        "r",
+        task_id,
+        state,
+        1,
+        HOUR,
+        HOUR + timedelta(seconds=start),
+        HOUR + timedelta(seconds=end),
+    )
+
+
+def test_cycle_figures_span_first_start_to_last_end() -> None:
+    tasks = [
+        task("cdc_a", "stage", 10, 30),
+        task("cdc_a", "overwrite_final", 31, 61),
+        task("cdc_b", "stage", 12, 20),
+        task("cdc_b", "overwrite_final", 21, 90),
+        task("cdc_b", "vacuum", 91, 94, "skipped"),
+    ]
+    runs = [
+        RunRow("cdc_a", "r", "scheduled", "success", HOUR, HOUR, HOUR + timedelta(seconds=62)),
+        RunRow("cdc_b", "r", "scheduled", "success", HOUR, HOUR, HOUR + timedelta(seconds=95)),
+    ]
+    figures, gantt = cycle_figures(tasks, runs, tables=2)
+    assert figures["cycle_seconds"] == 84.0
+    assert figures["per_table_run_seconds"] == 42.0
+    assert figures["run_seconds_median"] == 78.5
+    assert gantt[0] == {
+        "dag_id": "cdc_a",
+        "task_id": "stage",
+        "state": "success",
+        "start_s": 0.0,
+        "end_s": 20.0,
+    }
+    summary = summarize_tasks(tasks)
+    assert list(summary) == ["stage", "overwrite_final", "vacuum"]
+    assert summary["overwrite_final"]["median_s"] == 49.5
+    assert summary["stage"]["queue_wait_median_s"] == 11.0
+    assert summary["vacuum"]["states"] == {"skipped": 1}
+
+
+def test_progress_line_counts_runs_over_every_dag() -> None:
+    runs = [
+        RunRow("cdc_a", "1", "scheduled", "success", None, None, None),
+        RunRow("cdc_b", "1", "scheduled", "running", None, None, None),
+        RunRow("cdc_c", "1", "scheduled", "queued", None, None, None),
+        RunRow("cdc_d", "1", "scheduled", "failed", None, None, None),
+    ]
+    counts = count_states(runs, ["cdc_a", "cdc_b", "cdc_c", "cdc_d", "cdc_e"])
+    assert progress_line("x", counts, 5, 12.3) == (
+        "x: 1/5 runs done, 1 running, 1 queued, 1 failed, 12 s"
+    )
+
+
+def test_wait_for_dag_runs_reads_the_metadata_db_and_prints_progress(tmp_path: Path) -> None:
+    path = tmp_path / "airflow.db"
+    with sqlite3.connect(path) as db:
+        db.execute(
+            "CREATE TABLE dag_run (dag_id, run_id, run_type, state, data_interval_start, "
+            "start_date, end_date)"
+        )
+        db.executemany(
+            "INSERT INTO dag_run VALUES (?, ?, ?, ?, ?, ?, ?)",
+            [
+                ("cdc_a", "s1", "scheduled", "success", "2024-01-01 05:00:00.000000", None, None),
+                ("cdc_b", "s1", "scheduled", "failed", "2024-01-01 05:00:00+00:00", None, None),
+                ("cdc_b", "s2", "scheduled", "running", "2024-01-01 06:00:00", None, None),
+            ],
+        )
+    out = io.StringIO()
+    runs = wait_for_dag_runs(
+        MetadataDB(path),
+        ["cdc_a", "cdc_b"],
+        1,
+        select=lambda r: r.interval_start == HOUR,
+        label="t",
+        timeout=5,
+        per_table=True,
+        out=out,
+    )
+    assert sorted((r.dag_id, r.state) for r in runs) == [("cdc_a", "success"), ("cdc_b", "failed")]
+    assert out.getvalue().splitlines() == [
+        "t: 1/2 runs done, 0 running, 0 queued, 1 failed, 0 s",
+        "  cdc_a: 1/1 done, 0 running, 0 queued, 0 failed",
+        "  cdc_b: 0/1 done, 0 running, 0 queued, 1 failed",
+    ]
+
+
+def test_cycle_spec_rejects_bad_options() -> None:
+    for spec, text in (
+        (CycleSpec(tables=0), "--tables must be at least 1, not 0"),
+        (CycleSpec(changes=1), "--changes must be at least 2, not 1"),
+        (CycleSpec(parallelism=0), "--parallelism must be at least 1, not 0"),
+    ):
+        try:
+            spec.validate()
+        except ValueError as error:
+            assert str(error) == text
+        else:
+            raise AssertionError(f"{spec} was accepted")
