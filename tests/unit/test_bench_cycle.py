@@ -26,9 +26,11 @@ from cdc_pipeline.bench_cycle import (
     CycleSpec,
     check_table,
     cycle_figures,
+    execute_seconds,
     expected_rows,
     generate_table,
     summarize_tasks,
+    task_log,
     write_landing,
 )
 
@@ -238,3 +240,23 @@ def test_cycle_spec_rejects_bad_options() -> None:
             assert str(error) == text
         else:
             raise AssertionError(f"{spec} was accepted")
+
+
+def test_execute_seconds_span_pre_execute_end_to_the_summary_line(tmp_path: Path) -> None:
+    row = task("cdc_a", "stage", 0, 60)
+    log = task_log(tmp_path, row)
+    assert execute_seconds(log) is None  # no log
+    log.parent.mkdir(parents=True)
+    events = [
+        ("2024-01-01T05:00:00.000000Z", "::group::Pre Execute"),
+        ("2024-01-01T05:00:04.500000Z", "::endgroup::"),
+        ("2024-01-01T05:00:30.000000Z", "stage bc000_p: files=1"),
+        ("2024-01-01T05:00:44.750000Z", "CDC summary: stage bc000_p: files=1"),
+        ("2024-01-01T05:00:45.000000Z", "::endgroup::"),
+    ]
+    log.write_text("".join(json.dumps({"timestamp": t, "event": e}) + "\n" for t, e in events))
+    assert log == tmp_path / "dag_id=cdc_a" / "run_id=r" / "task_id=stage" / "attempt=1.log"
+    assert execute_seconds(log) == 40.25
+    summary = summarize_tasks([row], {("cdc_a", "stage"): 40.25})
+    assert summary["stage"]["execute_median_s"] == 40.25
+    assert summary["stage"]["outside_execute_median_s"] == 19.75
