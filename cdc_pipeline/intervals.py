@@ -2,12 +2,34 @@
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta
 
 from cdc_pipeline.errors import UsageError
 
 HOUR = timedelta(hours=1)
+MAX_RUN_HOURS_ENV = "CDC_MAX_RUN_HOURS"
+# One leap year of hour folders. Airflow runs (and backfills) are one schedule interval each;
+# only a CLI catch-up spans more, and a year of hours is 8,784 folders to list, a few MB of
+# plan. Without a bound, a typo such as --end 9999-12-31 planned every hour until memory ran out.
+DEFAULT_MAX_RUN_HOURS = 24 * 366
+
+
+def max_run_hours() -> int:
+    """The most hour folders one run may span: `CDC_MAX_RUN_HOURS`, default 8784 (a leap year)."""
+    text = os.environ.get(MAX_RUN_HOURS_ENV, "").strip()
+    if not text:
+        return DEFAULT_MAX_RUN_HOURS
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise UsageError(
+            f"{MAX_RUN_HOURS_ENV}={text!r} must be a whole number of hours, at least 1"
+        )
+    return value
 
 
 def parse_timestamp(text: str) -> datetime:
@@ -29,7 +51,8 @@ def parse_timestamp(text: str) -> datetime:
 
 def format_timestamp(value: datetime) -> str:
     """UTC timestamp as 2024-01-01T00:00:00Z."""
-    return value.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    # isoformat, not strftime: %Y drops the leading zeros of years before 1000.
+    return value.astimezone(UTC).replace(tzinfo=None).isoformat(timespec="seconds") + "Z"
 
 
 @dataclass(frozen=True, order=True)
@@ -61,19 +84,33 @@ class Interval:
             raise UsageError(
                 f"interval end {format_timestamp(self.end)} must be after start {format_timestamp(self.start)}"
             )
+        limit = max_run_hours()
+        if self.hour_count() > limit:
+            raise UsageError(
+                f"interval {self} spans {self.hour_count()} hours, more than the {limit} one run "
+                f"may span; split it into shorter runs or raise {MAX_RUN_HOURS_ENV}"
+            )
 
     @classmethod
     def parse(cls, start: str, end: str) -> Interval:
         """Interval from two ISO 8601 strings."""
         return cls(parse_timestamp(start), parse_timestamp(end))
 
+    def _first_hour(self) -> datetime:
+        first = self.start.replace(minute=0, second=0, microsecond=0)
+        return first + HOUR if first < self.start else first
+
+    def hour_count(self) -> int:
+        """How many hour folders start inside [start, end), computed without listing them."""
+        first = self._first_hour()
+        if first >= self.end:
+            return 0
+        return (self.end - first - timedelta(microseconds=1)) // HOUR + 1
+
     def hours(self) -> list[HourBatch]:
         """Every hour folder whose hour starts inside [start, end)."""
-        first = self.start.replace(minute=0, second=0, microsecond=0)
-        if first < self.start:
-            first += HOUR
         batches = []
-        current = first
+        current = self._first_hour()
         while current < self.end:
             batches.append(HourBatch(current))
             current += HOUR
