@@ -29,7 +29,9 @@ def analysed_projection(plan: str) -> str:
     for line in analysed.splitlines():
         if line.strip().startswith("Project ["):
             return line.strip()
-    raise ValueError("the analysed plan has no projection")
+    # An expression Spark cannot resolve: EXPLAIN prints the analysis error in the plan's place.
+    reason = next((line.strip() for line in analysed.splitlines() if line.strip()), "")
+    raise ValueError(reason or "the analysed plan has no projection")
 
 
 def analysed_function_names(df: DataFrame, expression: str) -> set[str]:
@@ -56,7 +58,14 @@ def check_partition_expression(df: DataFrame, table: TableConfig) -> None:
     # expression of allowed constructs.
     problems = sql_guard.expression_problems(expression, None, list(table.format_columns))
     if not problems:
-        problems = sql_guard.analysed_function_problems(analysed_function_names(df, expression))
+        try:
+            names = analysed_function_names(df, expression)
+        except ValueError as error:
+            raise ConfigError(
+                f"table {table.name}: partition_expression: {expression!r} cannot be resolved "
+                f"over the change rows: {error}"
+            ) from None
+        problems = sql_guard.analysed_function_problems(names)
     if problems:
         raise ConfigError(
             f"table {table.name}: partition_expression: {expression!r} refused: "
