@@ -781,10 +781,21 @@ def run_bench_cycle(spec: CycleSpec) -> dict[str, Any]:
         # A plain `kill` then unwinds through the `finally` blocks that stop Airflow and Spark.
         signal.signal(signal.SIGTERM, _raise_interrupt)
     started = datetime.now(UTC)
-    results = []
+    results: list[dict[str, Any]] = []
+    document: dict[str, Any] = {}
     for mode in spec.modes:
         results.append(run_mode(spec, mode, spec.output / "work" / mode))
         _print_result(results[-1])
+        # Written after every mode: a long run stopped in its second mode keeps the first.
+        document = write_results(spec, started, results)
+    print(f"bench-cycle: results in {spec.output}/latest.json and latest.png", flush=True)
+    return document
+
+
+def write_results(
+    spec: CycleSpec, started: datetime, results: list[dict[str, Any]]
+) -> dict[str, Any]:
+    """latest.json (with the speedup when both modes ran) and latest.png in `spec.output`."""
     document: dict[str, Any] = {
         "benchmark": "cdc bench-cycle",
         "started_at": started.isoformat(),
@@ -800,7 +811,6 @@ def run_bench_cycle(spec: CycleSpec) -> dict[str, Any]:
         print(f"bench-cycle: Connect is {document['speedup_per_table_run']}x faster per table-run")
     (spec.output / "latest.json").write_text(json.dumps(document, indent=2, default=str) + "\n")
     plot_gantt(results, spec.output / "latest.png")
-    print(f"bench-cycle: results in {spec.output}/latest.json and latest.png", flush=True)
     return document
 
 
