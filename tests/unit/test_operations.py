@@ -305,3 +305,38 @@ def test_a_run_timeout_is_announced_and_other_run_failures_are_left_to_their_tas
     assert record["message"] == (
         "table t: the run exceeded dagrun_timeout 3h; Airflow stopped its unfinished tasks"
     )
+
+
+CONFIG_ROW = {
+    "name": "t",
+    "file_format": "csv",
+    "columns": {"ID": "bigint", "TS": "timestamp"},
+    "keys": ["ID"],
+    "sequence_by": ["TS"],
+}
+
+
+@pytest.mark.parametrize(
+    ("fields", "problem"),
+    [
+        (
+            {"execution_timeout": "2x"},
+            "table t: execution_timeout: '2x' is not a duration such as 45s, 30m, 2h, 1h30m or 1d",
+        ),
+        (
+            {"dagrun_timeout": "30m"},
+            "table t: dagrun_timeout: 30m is shorter than execution_timeout 1h",
+        ),
+        ({"freshness": "1h1h"}, "table t: freshness: '1h1h': give each unit once, largest first"),
+        ({"notify": ["Ops"]}, "table t: notify: notifier names must match ^[a-z][a-z0-9_]*$: Ops"),
+        (
+            {"quarantine_action": "stop"},
+            "table t: quarantine_action: 'stop' is not one of warn, fail",
+        ),
+    ],
+)
+def test_bad_operations_fields_are_one_line_problems(fields: dict[str, Any], problem: str) -> None:
+    from cdc_pipeline.config import parse_config
+
+    problems = [str(p) for p in parse_config({"tables": [{**CONFIG_ROW, **fields}]}).problems]
+    assert len(problems) == 1 and problems[0].startswith(problem), problems
