@@ -1,0 +1,146 @@
+"""The step operator under a spark_connect connection, without an Airflow scheduler: the no-op
+interval, a server that is down, and on_kill interrupting the task's Spark work on a real server."""
+
+from __future__ import annotations
+
+import threading
+import time
+from datetime import UTC, datetime
+from typing import Any
+
+import pytest
+from airflow.sdk.exceptions import AirflowException, AirflowFailException
+
+from cdc_pipeline.airflow_dags import CdcStepOperator, SparkConnectUnavailableError
+from cdc_pipeline.connect_server import connect_address, free_port
+from cdc_pipeline.local_airflow import connect_connection
+from tests.helpers import Workspace
+
+ROW = {
+    "name": "t",
+    "file_format": "csv",
+    "columns": {"ID": "bigint", "TS": "timestamp"},
+    "keys": ["ID"],
+    "sequence_by": ["TS"],
+}
+START, END = "2024-01-01T00:00:00+00:00", "2024-01-01T01:00:00+00:00"
+
+
+def operator(ws: Workspace, step: str = "stage") -> CdcStepOperator:
+    return CdcStepOperator(
+        task_id=step,
+        cdc_step=step,
+        config_path=str(ws.config_path),
+        application=f"spark_jobs/{step}.py",
+        application_args=["t", "--start", START, "--end", END],
+        conn_id="spark_default",
+    )
+
+
+def context() -> dict[str, Any]:
+    return {
+        "params": {},
+        "run_id": "manual__test",
+        "data_interval_start": datetime(2024, 1, 1, tzinfo=UTC),
+        "data_interval_end": datetime(2024, 1, 1, 1, tzinfo=UTC),
+    }
+
+
+@pytest.fixture
+def dead_server(workspace: Workspace, monkeypatch: pytest.MonkeyPatch) -> str:
+    """spark_default is a spark_connect connection to a port nobody listens on."""
+    workspace.configure(ROW)
+    port = free_port()
+    monkeypatch.setenv("AIRFLOW_CONN_SPARK_DEFAULT", connect_connection(port))
+    return f"sc://127.0.0.1:{port}/"
+
+
+def test_connect_urls_give_host_and_port() -> None:
+    assert connect_address("sc://spark-connect:15002/;token=x") == ("spark-connect", 15002)
+    assert connect_address("sc://10.0.0.5") == ("10.0.0.5", 15002)
+    with pytest.raises(ValueError, match="not a Spark Connect URL: 'spark://h:7077'"):
+        connect_address("spark://h:7077")
+
+
+def test_an_interval_without_landed_or_staged_files_is_a_noop_without_spark(
+    workspace: Workspace, dead_server: str
+) -> None:
+    for step in ("stage", "overwrite_final"):
+        result = operator(workspace, step).execute(context())
+        prog = step.replace("_", "-")
+        window = "[2024-01-01T00:00:00Z, 2024-01-01T01:00:00Z)"
+        assert result == {
+            "step": prog,
+            "table": "t",
+            "interval": window,
+            "counts": {"noop": "true", "files": 0},
+            "line": f"{prog} t {window}: noop=true files=0",
+        }
+
+
+def test_a_server_that_is_down_is_a_retryable_error_naming_connection_and_url(
+    workspace: Workspace, dead_server: str
+) -> None:
+    workspace.land("t", "2024-01-01T00", "a.csv", [{"FLAG": "I", "ID": 1, "TS": "2024-01-01"}])
+    with pytest.raises(SparkConnectUnavailableError) as raised:
+        operator(workspace).execute(context())
+    # Retryable: an AirflowException, not AirflowFailException (which skips the retries).
+    assert isinstance(raised.value, AirflowException)
+    assert not isinstance(raised.value, AirflowFailException)
+    message = str(raised.value)
+    assert f"connection 'spark_default' at {dead_server} is not reachable" in message
+
+
+def test_on_kill_interrupts_the_tasks_spark_work_on_the_server(
+    workspace: Workspace, connect_server: Any
+) -> None:
+    from spark_jobs.session import build_connect_session
+
+    op = operator(workspace)
+    op._connect_tag = "cdc-test-kill"
+    session = build_connect_session(connect_server.url, "cdc-test")
+    op._connect_session = session
+    outcome: dict[str, Any] = {}
+
+    def long_query() -> None:
+        session.addTag("cdc-test-kill")  # tags are per thread: the step's thread carries it
+        started = time.monotonic()
+        try:
+            session.range(0, 10**12, 1, 4).selectExpr("sum(id % 7)").collect()
+            outcome["error"] = None
+        except Exception as error:
+            outcome["error"] = error
+        outcome["seconds"] = time.monotonic() - started
+
+    worker = threading.Thread(target=long_query)
+    worker.start()
+    time.sleep(5)  # the query is running on the server
+    op.on_kill()
+    worker.join(timeout=120)
+    assert not worker.is_alive()
+    # The query (hours of work) ended at once with an error: interrupted, then its channel closed.
+    assert outcome["error"] is not None and outcome["seconds"] < 60, outcome
+    assert op._connect_session is None  # released
+
+
+def test_interrupt_reaches_exactly_the_operations_of_the_tag(connect_server: Any) -> None:
+    from spark_jobs.session import build_connect_session
+
+    session = build_connect_session(connect_server.url, "cdc-test")
+    errors: list[str] = []
+
+    def long_query() -> None:
+        session.addTag("cdc-tagged")
+        try:
+            session.range(0, 10**12, 1, 4).selectExpr("sum(id % 7)").collect()
+        except Exception as error:
+            errors.append(str(error))
+
+    worker = threading.Thread(target=long_query)
+    worker.start()
+    time.sleep(5)
+    assert session.interruptTag("cdc-other") == []
+    assert len(session.interruptTag("cdc-tagged")) == 1
+    worker.join(timeout=120)
+    session.stop()
+    assert len(errors) == 1 and "OPERATION_CANCELED" in errors[0], errors
