@@ -13,7 +13,6 @@ import tempfile
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlparse
 
 from airflow.providers.apache.spark.hooks.spark_connect import SparkConnectHook
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
@@ -22,6 +21,7 @@ from airflow.sdk.exceptions import AirflowException, AirflowFailException, Airfl
 
 from cdc_pipeline.airflow_ops import dag_arguments, task_arguments
 from cdc_pipeline.config import ConfigLoadResult, default_config_path, load_table_configs
+from cdc_pipeline.connect_server import connect_address
 from cdc_pipeline.errors import ConfigError, UsageError
 from cdc_pipeline.planning import DagPlan, TaskPlan, cron_of, is_due, plan_table_dag
 
@@ -54,14 +54,6 @@ def spark_environment(config_path: Path) -> dict[str, str]:
 
 class SparkConnectUnavailableError(AirflowException):
     """The Spark Connect server of the task's connection does not answer; the task retries."""
-
-
-def connect_address(url: str) -> tuple[str, int]:
-    """(host, port) of a Spark Connect URL (`sc://host:port/;params`); port 15002 by default."""
-    parsed = urlparse(url)
-    if parsed.scheme != "sc" or not parsed.hostname:
-        raise ValueError(f"not a Spark Connect URL: {url!r} (expected sc://HOST:PORT)")
-    return parsed.hostname, parsed.port or 15002
 
 
 def active_connect_session() -> Any:

@@ -20,6 +20,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
+from urllib.parse import urlparse
 
 SERVER_CLASS = "org.apache.spark.sql.connect.service.SparkConnectServer"
 DEFAULT_PORT = 15002
@@ -76,6 +77,14 @@ def check_query(url: str) -> None:
             raise ConnectServerError(f"{url}: unexpected answer to SELECT 1: {rows}")
     finally:
         session.stop()
+
+
+def connect_address(url: str) -> tuple[str, int]:
+    """(host, port) of a Spark Connect URL (`sc://host:port/;params`); port 15002 by default."""
+    parsed = urlparse(url)
+    if parsed.scheme != "sc" or not parsed.hostname:
+        raise ValueError(f"not a Spark Connect URL: {url!r} (expected sc://HOST:PORT)")
+    return parsed.hostname, parsed.port or DEFAULT_PORT
 
 
 def server_conf(
