@@ -684,10 +684,10 @@ def unpause_all(local: BenchAirflow, db: MetadataDB, dag_ids: list[str]) -> None
 def _hour_guard(
     local: BenchAirflow, db: MetadataDB, dag_ids: list[str], hour: datetime
 ) -> Callable[[list[RunRow]], None]:
-    """A poll hook: fail when the scheduler ran another hour instead; once the next hour is
-    due, pause each DAG whose cycle run finished (so no second cycle starts under the first)."""
+    """A poll hook: fail when the scheduler ran another hour instead; pause each DAG whose cycle
+    run finished, so that the next hour's run, due when the clock passes the hour, does not
+    start under the cycle (a DAG still running then may get one: `other_runs` counts them)."""
     paused: set[str] = set()
-    next_due = hour + timedelta(hours=2)  # the following interval's run is created at its end
 
     def guard(runs: list[RunRow]) -> None:
         have = {r.dag_id for r in runs}
@@ -697,11 +697,10 @@ def _hour_guard(
                 f"{others[0].dag_id}: the scheduler ran [{others[0].interval_start}, +1h) instead "
                 f"of [{hour.isoformat()}, +1h) (the hour turned during set-up): run again"
             )
-        if datetime.now(UTC) >= next_due - timedelta(seconds=30):
-            for run in runs:
-                if run.state in ("success", "failed") and run.dag_id not in paused:
-                    local.pause(run.dag_id)
-                    paused.add(run.dag_id)
+        for run in runs:
+            if run.state in ("success", "failed") and run.dag_id not in paused:
+                local.pause(run.dag_id)
+                paused.add(run.dag_id)
 
     return guard
 
