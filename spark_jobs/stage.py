@@ -3,31 +3,33 @@
 from __future__ import annotations
 
 import sys
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
+from functools import reduce
 from pathlib import Path
+from typing import Any
 
 import pyarrow as pa
 from deltalake import write_deltalake
 from pyspark.errors import AnalysisException
-from pyspark.sql import DataFrame, SparkSession, Window
+from pyspark.sql import Column, DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
-from pyspark.sql.types import StringType, StructField, StructType
+from pyspark.sql.types import LongType, StringType, StructField, StructType
 
 from cdc_pipeline.config import TableConfig
 from cdc_pipeline.errors import ConfigError, InputError
 from cdc_pipeline.intervals import Interval
-from cdc_pipeline.paths import TablePaths
 from cdc_pipeline.schema import plan_schema
-from spark_jobs import delta, snapshots
+from spark_jobs import delta, landing, snapshots
 from spark_jobs.common import StepArgs, StepContext, StepReport, run_step
 from spark_jobs.formats import ChangeRead, read_json_changes
+from spark_jobs.landing import LandingFile, ParquetPlan, Refusal
 from spark_jobs.transforms import (
     ARRIVAL,
     BATCH,
     FILE,
     FLAG,
+    RAW,
     REASON,
     ROW,
     good_changes,
@@ -35,53 +37,8 @@ from spark_jobs.transforms import (
     type_changes,
 )
 
-EXTENSIONS = {"parquet": (".parquet",), "csv": (".csv",), "json": (".json", ".jsonl", ".ndjson")}
 MAX_COMMIT_ATTEMPTS = 8
-LEDGER_SCHEMA = pa.schema(
-    [
-        ("batch", pa.string()),
-        ("file", pa.string()),
-        ("rows_staged", pa.int64()),
-        ("rows_quarantined", pa.int64()),
-        ("staged_at", pa.timestamp("us", tz="UTC")),
-        ("run_id", pa.string()),
-    ]
-)
-
-
-@dataclass(frozen=True)
-class LandingFile:
-    """One landed change file of one hour folder."""
-
-    batch: str
-    path: Path
-
-    @property
-    def name(self) -> str:
-        """File name within its hour folder (the `_cdc_file` of its rows)."""
-        return self.path.name
-
-    @property
-    def ident(self) -> tuple[str, str]:
-        """(batch, file name): how staging, quarantine and the ledger name a file."""
-        return (self.batch, self.path.name)
-
-
-def list_landing_files(
-    paths: TablePaths, interval: Interval, file_format: str
-) -> list[LandingFile]:
-    """Every change file in the hour folders of the interval, in arrival order."""
-    found = []
-    for hour in interval.hours():
-        folder = paths.landing / hour.folder
-        if not folder.is_dir():
-            continue
-        for entry in sorted(folder.iterdir()):
-            if entry.name.startswith((".", "_")) or not entry.is_file():
-                continue
-            if entry.name.lower().endswith(EXTENSIONS[file_format]):
-                found.append(LandingFile(hour.batch_id, entry))
-    return found
+MAX_LISTED = 10  # entries named in one warning line
 
 
 def _with_arrival(df: DataFrame, row_position: str) -> DataFrame:
@@ -122,22 +79,19 @@ def _csv_header(path: Path) -> tuple[str, ...]:
 
 
 def read_landing(
-    spark: SparkSession, table: TableConfig, files: Sequence[LandingFile]
+    spark: SparkSession,
+    table: TableConfig,
+    files: Sequence[LandingFile],
+    parquet: ParquetPlan | None = None,
 ) -> ChangeRead:
-    """The change rows of `files` as read (csv/json values as text) with arrival columns."""
+    """The change rows of `files` as read (csv/json values as text) with arrival columns;
+    Parquet files as `parquet` groups them (probed here when not given)."""
     paths = [str(f.path) for f in files]
     if table.file_format == "json":
         lines = _with_arrival(spark.read.text(paths), "scan")
         return read_json_changes(spark, table, lines)
     if table.file_format == "parquet":
-        frame = _with_arrival(spark.read.option("mergeSchema", "true").parquet(*paths), "row_index")
-        technical = {table.flag_source, *ARRIVAL}
-        found = {
-            f.name: f.dataType.simpleString()
-            for f in frame.schema.fields
-            if f.name not in technical
-        }
-        return _flat_read(table, frame, found)
+        return _read_parquet(spark, table, files, parquet)
     # CSV: group the files by header so each file's columns are matched by name, not position.
     groups: dict[tuple[str, ...], list[str]] = {}
     for landing_file in files:
@@ -160,6 +114,48 @@ def read_landing(
     for frame in frames[1:]:
         result = result.unionByName(frame, allowMissingColumns=True)
     found = {c: "string" for c in result.columns if c not in {table.flag_source, *ARRIVAL}}
+    return _flat_read(table, result, found)
+
+
+def _read_parquet(
+    spark: SparkSession,
+    table: TableConfig,
+    files: Sequence[LandingFile],
+    parquet: ParquetPlan | None,
+) -> ChangeRead:
+    """Each group of same-schema files read on its own, cast to the run's column types, then
+    unioned: a column that is an int in one file and a string in another never fails the read."""
+    plan = parquet or landing.plan_parquet(files, table.columns, table.flag_source)
+    technical = {table.flag_source, *ARRIVAL}
+    frames = [
+        _with_arrival(
+            spark.read.option("mergeSchema", "true").parquet(*[str(f.path) for f in group]),
+            "row_index",
+        )
+        for group in plan.groups
+    ]
+    if len(frames) == 1:
+        frame = frames[0]
+        found = {
+            f.name: f.dataType.simpleString()
+            for f in frame.schema.fields
+            if f.name not in technical
+        }
+        return _flat_read(table, frame, found)
+    cast = [
+        frame.select(
+            *[
+                F.col(f"`{f.name}`").cast(plan.column_types[f.name]).alias(f.name)
+                if f.name in plan.column_types
+                and f.dataType.simpleString() != plan.column_types[f.name]
+                else F.col(f"`{f.name}`")
+                for f in frame.schema.fields
+            ]
+        )
+        for frame in frames
+    ]
+    result = reduce(lambda a, b: a.unionByName(b, allowMissingColumns=True), cast)
+    found = {c: t for c, t in plan.column_types.items() if c not in technical}
     return _flat_read(table, result, found)
 
 
@@ -216,37 +212,160 @@ def _commit_append(
 
 
 def run_stage(context: StepContext, interval: Interval) -> StepReport:
-    """Stage the interval's change files not yet staged; quarantine the rows that cannot be applied."""
+    """Stage the interval's new file versions; quarantine the rows that cannot be applied and the
+    entries that cannot be read (links, unreadable files, contradicting Parquet schemas)."""
     spark, table, paths = context.spark, context.table, context.paths
     report = StepReport("stage", table.name, str(interval))
-    landing = list_landing_files(paths, interval, table.file_format)
-    batches = sorted({f.batch for f in landing})
-    ledger = {
-        (r["batch"], r["file"]) for r in delta.arrow_table_rows(paths.ledger, ["batch", "file"])
-    }
-    pending = [f for f in landing if f.ident not in ledger]
+    listing = landing.list_landing(paths, interval, table.file_format)
+    ledger = landing.read_ledger(delta.arrow_table_rows(paths.ledger))
+    files = landing.plan_files(listing, ledger)
+    is_snapshot = table.change_format == "snapshot"
+    pending, refusals = files.pending, list(files.refusals)
     staging = delta.load_snapshot(paths.staging)
     snapshot_batch = None
-    if pending and table.change_format == "snapshot":
-        batch_ledger = {batch for batch, _ in ledger}
+    if is_snapshot:
+        _check_extract_files(table, interval, files.changed_versions, refusals)
+    if pending and is_snapshot:
+        batch_ledger = {e.batch for e in ledger.values() if e.refused is None}
         snapshot_batch = snapshots.check_order(
             context, interval, [f.batch for f in pending], batch_ledger, staging
         )
+    # A full extract is compared as a whole: all its files, also those staged before.
+    to_read = [f for f in listing.files if f.batch == snapshot_batch] if snapshot_batch else pending
+    parquet = None
+    if table.file_format == "parquet" and to_read:
+        parquet = landing.plan_parquet(to_read, table.columns, table.flag_source)
+        refusals += parquet.refusals
+        if is_snapshot:
+            _check_extract_files(table, interval, [], parquet.refusals)
+    refused = {(r.batch, r.file) for r in refusals}
+    to_read = [f for f in to_read if f.ident not in refused]
     counts = report.counts
-    counts.update(files=len(landing), new_files=len(pending), rows_read=0, staged=0, quarantined=0)
+    counts.update(
+        files=len(listing.files),
+        new_files=len(pending) + len(files.refused_files()),
+        rows_read=0,
+        staged=0,
+        quarantined=0,
+        files_refused=len([r for r in refusals if r.source is not None]),
+        symlinks_refused=files.links,
+        unrecognised_entries=len(listing.unrecognised),
+        files_deferred=len(files.deferred),
+    )
+    _warn_landing(table, interval, listing, files, refusals)
     quarantine = delta.load_snapshot(paths.quarantine)
-    if not pending:
+    now, run_id = datetime.now(UTC), delta.new_run_id()
+    ledger_rows = [
+        landing.ledger_row(f, f.batch, f.file, 0, 0, entry.refused, now, run_id)
+        for f, entry in files.touched
+    ]
+    if not pending and not refusals:
+        _append_ledger(paths.ledger, ledger_rows)
         counts.update(staging_version=staging.version, quarantine_version=quarantine.version)
         return report
     # A crash between the staging, quarantine and ledger commits leaves a file recorded in some
     # of them: each table takes only the rows of files it does not hold yet.
+    batches = sorted({f.batch for f in pending} | {r.batch for r in refusals})
     in_staging = _files_in(spark, staging, batches)
     in_quarantine = _files_in(spark, quarantine, batches)
     delta.inject_fault("stage:before_first_write")
-    # A full extract is compared as a whole: all its files, also those staged before.
-    to_read = [f for f in landing if f.batch == snapshot_batch] if snapshot_batch else pending
-    read = read_landing(spark, table, to_read)
+    good: DataFrame | None = None
+    bad: DataFrame | None = None
+    per_file: list[Any] = []
+    release: list[Callable[[], Any]] = []
+    if to_read:
+        good, bad, per_file, release = _typed_changes(
+            context, interval, staging, to_read, parquet, snapshot_batch, in_staging, counts
+        )
+        # A file that changed while Spark read it is left for the next run (its next version).
+        moved = [f for f in to_read if landing.has_changed(f)]
+        if moved and snapshot_batch is not None:
+            raise InputError(
+                f"table {table.name}: {interval}: the extract file {moved[0].relative} changed "
+                "while it was read; nothing was staged: rerun the interval once it is complete"
+            )
+        if moved:
+            counts["files_deferred"] += len(moved)
+            warn(
+                f"table {table.name}: {interval}: files changed while they were read, left for "
+                "the next run: " + _listed([f.relative for f in moved])
+            )
+            skipped = [f"{f.batch}/{f.file}" for f in moved]
+            file_key = F.concat_ws("/", F.col(BATCH), F.col(FILE))
+            good = good.filter(~file_key.isin(skipped))
+            bad = bad.filter(~file_key.isin(skipped))
+            per_file = [r for r in per_file if f"{r[BATCH]}/{r[FILE]}" not in skipped]
+            pending = [f for f in pending if f"{f.batch}/{f.file}" not in skipped]
+    new_refusals = [r for r in refusals if (r.batch, r.file) not in in_quarantine]
+    if new_refusals or bad is None:
+        schema = bad.schema if bad is not None else _quarantine_schema(table, quarantine)
+        refused_rows = _refusal_rows(spark, new_refusals, schema)
+        bad = refused_rows if bad is None else bad.unionByName(refused_rows)
+    if good is not None:
+        staged, staging_version = _commit_append(
+            paths.staging, good, [BATCH], "stage", "stage:before_staging_commit"
+        )
+    else:
+        staged, staging_version = 0, staging.version
+    _evolve_quarantine(spark, paths.quarantine, bad.schema)
+    quarantined, quarantine_version = _commit_append(
+        paths.quarantine, bad, [BATCH], "quarantine", "stage:before_quarantine_commit"
+    )
+    for done_with in release:
+        done_with()
+    delta.inject_fault("stage:before_ledger_commit")
+    by_ident = {f.ident: f for f in pending}
+    ledger_rows += [
+        landing.ledger_row(
+            by_ident.get((r[BATCH], r[FILE])),
+            r[BATCH],
+            r[FILE],
+            int(r["good"]),
+            int(r["bad"]),
+            None,
+            now,
+            run_id,
+        )
+        for r in per_file
+        if (r[BATCH], r[FILE]) in by_ident
+    ]
+    done = {(r[BATCH], r[FILE]) for r in per_file}
+    ledger_rows += [
+        landing.ledger_row(f, f.batch, f.file, 0, 0, None, now, run_id)
+        for f in pending
+        if f.ident not in done and f.ident not in refused
+    ]
+    ledger_rows += [
+        landing.ledger_row(r.source, r.batch, r.file, 0, 1, r.reason, now, run_id) for r in refusals
+    ]
+    _append_ledger(paths.ledger, ledger_rows)
+    counts.update(
+        rows_read=sum(int(r["good"]) + int(r["bad"]) for r in per_file),
+        staged=staged,
+        quarantined=quarantined,
+        staging_version=staging_version,
+        quarantine_version=quarantine_version,
+    )
+    return report
+
+
+def _typed_changes(
+    context: StepContext,
+    interval: Interval,
+    staging: delta.Snapshot,
+    to_read: Sequence[LandingFile],
+    parquet: ParquetPlan | None,
+    snapshot_batch: str | None,
+    in_staging: set[tuple[str, str]],
+    counts: dict[str, Any],
+) -> tuple[DataFrame, DataFrame, list[Any], list[Callable[[], Any]]]:
+    """Read and type the files: (good rows, bad rows, per-file counts, frames to unpersist)."""
+    spark, table, paths = context.spark, context.table, context.paths
+    read = read_landing(spark, table, to_read, parquet)
     raw = read.frame
+    versions = {(f.batch, f.name): f.file for f in to_read if f.version > 1}
+    if versions:
+        raw = raw.withColumn(FILE, _arrival_names(versions))
     if snapshot_batch is not None:
         raw = raw.withColumn(snapshots.SNAPSHOT_AT, snapshots.snapshot_time(F.col(BATCH)))
         read.batch_types[snapshots.SNAPSHOT_AT] = "timestamp"
@@ -266,7 +385,17 @@ def run_stage(context: StepContext, interval: Interval) -> StepReport:
     policy = table.on_schema_change if table.columns is None else "evolve"
     plan = plan_schema(table_column_types(table, staging), read.batch_types, policy)
     if plan.refused:
-        refuse_batch(context, interval, read, flag_present, plan.refused, in_quarantine)
+        quarantine = delta.load_snapshot(paths.quarantine)
+        batches = sorted({f.batch for f in to_read})
+        read.frame = raw
+        refuse_batch(
+            context,
+            interval,
+            read,
+            flag_present,
+            plan.refused,
+            _files_in(spark, quarantine, batches),
+        )
     column_types = plan.columns
     try:
         typed = type_changes(raw, table, column_types, flag_present)
@@ -291,7 +420,7 @@ def run_stage(context: StepContext, interval: Interval) -> StepReport:
         counts.update(columns_added=len(plan.added), columns_widened=len(plan.widened))
         warn(f"table {table.name}: {interval}: staging schema evolved: {', '.join(changed)}")
     good = good_changes(typed, columns)
-    derived = None
+    release: list[Callable[[], Any]] = [typed.unpersist]
     if snapshot_batch is not None:
         held = typed.filter(F.col(REASON).isNotNull())  # quarantined rows whose key is known
         for key in table.keys:
@@ -299,61 +428,107 @@ def run_stage(context: StepContext, interval: Interval) -> StepReport:
         derived, operations = snapshots.derive_changes(context, good, held, snapshot_batch, columns)
         counts.update(operations)
         good = derived
-        # Rows of files staged before were read to compare the whole extract, not to restage.
-        per_file = [r for r in per_file if (r[BATCH], r[FILE]) in {f.ident for f in pending}]
+        release.append(derived.unpersist)
     good = good.filter(~file_key.isin([f"{b}/{n}" for b, n in in_staging]))
-    bad = quarantined_changes(typed, table, column_types).filter(
-        ~file_key.isin([f"{b}/{n}" for b, n in in_quarantine])
-    )
-    _evolve_quarantine(spark, paths.quarantine, bad.schema)
-    staged, staging_version = _commit_append(
-        paths.staging, good, [BATCH], "stage", "stage:before_staging_commit"
-    )
-    quarantined, quarantine_version = _commit_append(
-        paths.quarantine, bad, [BATCH], "quarantine", "stage:before_quarantine_commit"
-    )
-    typed.unpersist()
-    if derived is not None:
-        derived.unpersist()
-    read.release()
-    delta.inject_fault("stage:before_ledger_commit")
-    now = datetime.now(UTC)
-    run_id = delta.new_run_id()
-    ledger_rows = [
-        {
-            "batch": r[BATCH],
-            "file": r[FILE],
-            "rows_staged": int(r["good"]),
-            "rows_quarantined": int(r["bad"]),
-            "staged_at": now,
-            "run_id": run_id,
-        }
-        for r in per_file
+    bad = quarantined_changes(typed, table, column_types)
+    release.append(read.release)
+    return good, bad, per_file, release
+
+
+def _arrival_names(versions: dict[tuple[str, str], str]) -> Column:
+    """`_cdc_file` of later versions of a file: `name~v002`, ... (so they rank after the first)."""
+    column = F.col(FILE)
+    for (batch, name), file in versions.items():
+        column = F.when((F.col(BATCH) == batch) & (F.col(FILE) == name), F.lit(file)).otherwise(
+            column
+        )
+    return column
+
+
+def _check_extract_files(
+    table: TableConfig, interval: Interval, changed: Sequence[LandingFile], refusals: list[Refusal]
+) -> None:
+    """A snapshot extract is compared as a whole: a changed or refused file of it stops the run
+    (staging a part of an extract would delete the keys of the missing part)."""
+    where = f"table {table.name}: {interval}"
+    if changed:
+        raise InputError(
+            f"{where}: the extract file {changed[0].relative} changed after it was staged; "
+            "snapshot extracts are compared as a whole: land the corrected extract in a later "
+            "hour folder"
+        )
+    if refusals:
+        raise InputError(
+            f"{where}: the extract entry {refusals[0].relative} is refused ({refusals[0].reason}); "
+            "snapshot extracts are compared as a whole: fix or remove it, then rerun the interval"
+        )
+
+
+def _listed(names: Sequence[str]) -> str:
+    shown = ", ".join(names[:MAX_LISTED])
+    return shown + (f" and {len(names) - MAX_LISTED} more" if len(names) > MAX_LISTED else "")
+
+
+def _warn_landing(
+    table: TableConfig,
+    interval: Interval,
+    listing: landing.Listing,
+    files: landing.FilePlan,
+    refusals: Sequence[Refusal],
+) -> None:
+    """One warning line per kind of landing problem (the summary counts them)."""
+    where = f"table {table.name}: {interval}"
+    if listing.unrecognised:
+        warn(
+            f"{where}: not in the landing layout dt=YYYY-MM-DD/hr=HH/*"
+            f"{'|'.join(landing.EXTENSIONS[table.file_format])}, never read: "
+            + _listed(listing.unrecognised)
+        )
+    if listing.links:
+        warn(
+            f"{where}: symbolic links refused, never followed: "
+            + _listed([link.relative for link in listing.links])
+        )
+    if files.deferred:
+        warn(
+            f"{where}: files changing while listed, left for the next run: "
+            + _listed([f.relative for f in files.deferred])
+        )
+    for refusal in refusals:
+        if refusal.source is not None:
+            warn(f"{where}: file {refusal.relative} refused (quarantined): {refusal.reason}")
+
+
+def _quarantine_schema(table: TableConfig, quarantine: delta.Snapshot) -> StructType:
+    """The quarantine's columns, for file-level rows when no row was read."""
+    if quarantine.schema is not None:
+        return quarantine.schema
+    text = [*(table.columns or {}), table.flag_source, RAW, REASON, BATCH, FILE]
+    fields = [StructField(c, StringType(), True) for c in text]
+    return StructType([*fields, StructField(ROW, LongType(), True)])
+
+
+def _refusal_rows(
+    spark: SparkSession, refusals: Sequence[Refusal], schema: StructType
+) -> DataFrame:
+    """One quarantine row per refused entry: null data, the path in `_cdc_raw`, the reason."""
+    values = {RAW: "relative", REASON: "reason", BATCH: "batch", FILE: "file"}
+    rows = [
+        tuple(getattr(r, values[f.name]) if f.name in values else None for f in schema.fields)
+        for r in refusals
     ]
-    done = {(r[BATCH], r[FILE]) for r in per_file}
-    ledger_rows += [
-        {
-            "batch": f.batch,
-            "file": f.name,
-            "rows_staged": 0,
-            "rows_quarantined": 0,
-            "staged_at": now,
-            "run_id": run_id,
-        }
-        for f in pending
-        if f.ident not in done
-    ]
-    write_deltalake(
-        str(paths.ledger), pa.Table.from_pylist(ledger_rows, LEDGER_SCHEMA), mode="append"
-    )
-    counts.update(
-        rows_read=sum(int(r["good"]) + int(r["bad"]) for r in per_file),
-        staged=staged,
-        quarantined=quarantined,
-        staging_version=staging_version,
-        quarantine_version=quarantine_version,
-    )
-    return report
+    return delta.local_frame(spark, rows, schema)
+
+
+def _append_ledger(path: Path, rows: list[dict[str, Any]]) -> None:
+    """Append rows to the ledger; an older ledger gains the content columns (merged schema)."""
+    if rows:
+        write_deltalake(
+            str(path),
+            pa.Table.from_pylist(rows, landing.LEDGER_SCHEMA),
+            mode="append",
+            schema_mode="merge",
+        )
 
 
 def warn(message: str) -> None:

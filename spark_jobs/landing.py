@@ -1,0 +1,531 @@
+"""Landing is a boundary: an interval's change files, listed without following links, probed on the
+driver, and known to the ledger by content (size, mtime, sha256), not only by name.
+
+A link (file or folder) under a table's landing folder is never followed nor opened: it is refused
+and reported. Folders and files the layout does not name (bad dt=/hr= names, files outside hour
+folders, other extensions) are reported once per run; only the table folder's top level, the
+interval's dt= folders and its hour folders are looked at. A file that changes after it was staged
+is a new version with its own arrival identity (`name~v002`, ...), which ranks after the earlier
+version's rows.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import stat
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field, replace
+from datetime import UTC, date, datetime
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from cdc_pipeline.errors import InputError
+from cdc_pipeline.intervals import Interval
+from cdc_pipeline.paths import TablePaths
+from cdc_pipeline.schema import common_type
+
+EXTENSIONS = {"parquet": (".parquet",), "csv": (".csv",), "json": (".json", ".jsonl", ".ndjson")}
+# `name~v002`: '~' never occurs in a landed change file's extension, so a version's identity cannot
+# be a landed name; it sorts after `name` (a prefix sorts first), and later versions sort later.
+VERSION_MARK = "~v"
+_VERSIONED = re.compile(r"^(.*)~v(\d{3,})$")
+_DAY = re.compile(r"^dt=(\d{4}-\d{2}-\d{2})$")
+_HOUR = re.compile(r"^hr=([01]\d|2[0-3])$")
+SYMLINK_REASON = (
+    "symbolic link refused: landing links are never followed; put the file itself in the folder"
+)
+HASH_CHUNK = 1 << 20
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+LEDGER_SCHEMA = pa.schema(
+    [
+        ("batch", pa.string()),
+        ("file", pa.string()),
+        ("rows_staged", pa.int64()),
+        ("rows_quarantined", pa.int64()),
+        ("staged_at", pa.timestamp("us", tz="UTC")),
+        ("run_id", pa.string()),
+        # The content of the file version: a later listing with another size or mtime is hashed.
+        ("size", pa.int64()),
+        ("mtime_ns", pa.int64()),
+        ("sha256", pa.string()),
+        # Why the version was refused (its one quarantine row says the same); null when staged.
+        ("refused", pa.string()),
+    ]
+)
+
+
+def versioned_name(name: str, version: int) -> str:
+    """The arrival identity (`_cdc_file`) of a file's `version`: its name, then `name~v002`, ..."""
+    return name if version == 1 else f"{name}{VERSION_MARK}{version:03d}"
+
+
+def split_version(file: str) -> tuple[str, int]:
+    """(landed name, version) of an arrival identity."""
+    match = _VERSIONED.match(file)
+    return (match.group(1), int(match.group(2))) if match else (file, 1)
+
+
+@dataclass(frozen=True)
+class LandingFile:
+    """One version of a landed change file of one hour folder, with what its listing saw."""
+
+    batch: str
+    path: Path
+    relative: str  # path from the table's landing folder: dt=.../hr=.../name
+    size: int
+    mtime_ns: int
+    version: int = 1
+    sha256: str | None = None
+
+    @property
+    def name(self) -> str:
+        """File name within its hour folder."""
+        return self.path.name
+
+    @property
+    def file(self) -> str:
+        """Arrival identity, the `_cdc_file` of its rows: the name, `name~v002` for version 2."""
+        return versioned_name(self.name, self.version)
+
+    @property
+    def ident(self) -> tuple[str, str]:
+        """(batch, arrival identity): how staging, quarantine and the ledger name a file version."""
+        return (self.batch, self.file)
+
+
+@dataclass(frozen=True)
+class Refusal:
+    """A landing entry that is not staged: one quarantine row (null data) and one ledger row."""
+
+    batch: str
+    file: str  # `_cdc_file`: the file's arrival identity, or the folder's relative path
+    relative: str  # `_cdc_raw`: the path from the table's landing folder
+    reason: str  # `_cdc_reason`: one sentence
+    source: LandingFile | None = None  # the file version refused (None for a link)
+
+
+@dataclass
+class Listing:
+    """What the interval's part of a table's landing holds."""
+
+    files: list[LandingFile] = field(default_factory=list)  # change files, in arrival order
+    links: list[Refusal] = field(default_factory=list)  # links on the interval's paths
+    unrecognised: list[str] = field(default_factory=list)  # entries the layout does not name
+
+
+def _visible(entries: Iterable[os.DirEntry[str]]) -> list[os.DirEntry[str]]:
+    # Hidden and `_` names (`.crc`, `_SUCCESS`, editors' temp files) are skipped, as Spark does.
+    return sorted((e for e in entries if not e.name.startswith((".", "_"))), key=lambda e: e.name)
+
+
+def _scan(folder: Path) -> list[os.DirEntry[str]]:
+    with os.scandir(folder) as entries:
+        return _visible(entries)
+
+
+def _day(name: str) -> date | None:
+    match = _DAY.match(name)
+    if not match:
+        return None
+    try:
+        return date.fromisoformat(match.group(1))
+    except ValueError:
+        return None
+
+
+def list_landing(paths: TablePaths, interval: Interval, file_format: str) -> Listing:
+    """The interval's change files, refused links and unrecognised entries; nothing is followed.
+
+    Raises InputError when the table's landing folder itself is a link.
+    """
+    root = paths.landing
+    listing = Listing()
+    if root.is_symlink():
+        raise InputError(
+            f"table {paths.name}: the landing folder {root} is a symbolic link; landing links are "
+            "never followed: make it a real folder"
+        )
+    if not root.is_dir():
+        return listing
+    hours = {h.batch_id: h for h in interval.hours()}
+    days: dict[date, list[str]] = {}
+    for batch in sorted(hours):
+        days.setdefault(hours[batch].start.date(), []).append(batch)
+    day_folders = []
+    for entry in _scan(root):
+        day = _day(entry.name)
+        if entry.is_symlink():
+            if day in days:
+                # The day's hour 00 holds the report (quarantine is by hour), whatever the interval.
+                batch = f"{day.isoformat()}T00"
+                listing.links.append(Refusal(batch, entry.name, entry.name, SYMLINK_REASON))
+            elif day is None:
+                listing.unrecognised.append(f"{entry.name} (symbolic link)")
+        elif day is None or not entry.is_dir(follow_symlinks=False):
+            suffix = "/" if entry.is_dir(follow_symlinks=False) else ""
+            listing.unrecognised.append(entry.name + suffix)
+        elif day in days:
+            day_folders.append(entry)
+    hour_folders = []
+    for day_entry in day_folders:
+        for entry in _scan(Path(day_entry.path)):
+            relative = f"{day_entry.name}/{entry.name}"
+            hour = _HOUR.match(entry.name)
+            if hour is None or not (entry.is_dir(follow_symlinks=False) or entry.is_symlink()):
+                suffix = "/" if entry.is_dir(follow_symlinks=False) else ""
+                listing.unrecognised.append(relative + suffix)
+                continue
+            batch = f"{day_entry.name[3:]}T{hour.group(1)}"
+            if batch not in hours:
+                continue  # another interval's hour
+            elif entry.is_symlink():
+                listing.links.append(Refusal(batch, relative, relative, SYMLINK_REASON))
+            else:
+                hour_folders.append((batch, relative, Path(entry.path)))
+    extensions = EXTENSIONS[file_format]
+    for batch, folder_relative, folder in hour_folders:
+        for entry in _scan(folder):
+            relative = f"{folder_relative}/{entry.name}"
+            if entry.is_symlink():
+                listing.links.append(Refusal(batch, entry.name, relative, SYMLINK_REASON))
+                continue
+            if not entry.is_file(follow_symlinks=False) or not entry.name.lower().endswith(
+                extensions
+            ):
+                suffix = "/" if entry.is_dir(follow_symlinks=False) else ""
+                listing.unrecognised.append(relative + suffix)
+                continue
+            info = entry.stat(follow_symlinks=False)
+            listing.files.append(
+                LandingFile(batch, Path(entry.path), relative, info.st_size, info.st_mtime_ns)
+            )
+    return listing
+
+
+class ChangingFileError(OSError):
+    """The file changed while it was read: it is left for the next run."""
+
+
+def file_digest(path: Path) -> tuple[str, int, int]:
+    """(sha256, size, mtime_ns) of a regular file, never through a link (O_NOFOLLOW).
+
+    Raises OSError when it cannot be read, or when it changed while it was hashed.
+    """
+    descriptor = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | getattr(os, "O_NONBLOCK", 0))
+    with os.fdopen(descriptor, "rb") as handle:
+        before = os.fstat(handle.fileno())
+        if not stat.S_ISREG(before.st_mode):
+            raise OSError(f"{path.name} is not a regular file")
+        digest = hashlib.sha256()
+        while chunk := handle.read(HASH_CHUNK):
+            digest.update(chunk)
+        after = os.fstat(handle.fileno())
+    if (before.st_size, before.st_mtime_ns) != (after.st_size, after.st_mtime_ns):
+        raise ChangingFileError(f"{path.name} changed while it was read")
+    return digest.hexdigest(), after.st_size, after.st_mtime_ns
+
+
+def has_changed(landing_file: LandingFile) -> bool:
+    """True when the file's size or mtime is no longer what its listing saw (or it is gone)."""
+    try:
+        info = os.lstat(landing_file.path)
+    except OSError:
+        return True
+    return (info.st_size, info.st_mtime_ns) != (landing_file.size, landing_file.mtime_ns)
+
+
+@dataclass(frozen=True)
+class LedgerEntry:
+    """The latest ledger row of one file version."""
+
+    batch: str
+    file: str
+    size: int | None
+    mtime_ns: int | None
+    sha256: str | None
+    refused: str | None
+    staged_at: datetime | None
+
+    @property
+    def is_link(self) -> bool:
+        """A refused link: no content was ever read."""
+        return self.refused == SYMLINK_REASON
+
+
+def read_ledger(rows: Sequence[dict[str, Any]]) -> dict[tuple[str, str], LedgerEntry]:
+    """(batch, arrival identity) -> its latest ledger row; rows of older ledgers lack the content
+    columns and read as unknown content."""
+    latest: dict[tuple[str, str], LedgerEntry] = {}
+    for row in rows:
+        entry = LedgerEntry(
+            row["batch"],
+            row["file"],
+            row.get("size"),
+            row.get("mtime_ns"),
+            row.get("sha256"),
+            row.get("refused"),
+            row.get("staged_at"),
+        )
+        key = (entry.batch, entry.file)
+        known = latest.get(key)
+        if known is None or (entry.staged_at or _EPOCH) >= (known.staged_at or _EPOCH):
+            latest[key] = entry
+    return latest
+
+
+@dataclass
+class FilePlan:
+    """What a stage does with the listed entries."""
+
+    pending: list[LandingFile] = field(default_factory=list)  # new versions to read
+    refusals: list[Refusal] = field(default_factory=list)  # new: a quarantine and a ledger row
+    links: int = 0  # links present this run (also those reported by an earlier run)
+    touched: list[tuple[LandingFile, LedgerEntry]] = field(default_factory=list)  # same content
+    changed_versions: list[LandingFile] = field(default_factory=list)  # versions 2 and up
+    deferred: list[LandingFile] = field(default_factory=list)  # changing now: the next run's
+
+    def refused_files(self) -> list[Refusal]:
+        """Refusals of files (not links)."""
+        return [r for r in self.refusals if r.source is not None]
+
+
+def _unreadable(landing_file: LandingFile, error: OSError) -> Refusal:
+    message = error.strerror or str(error)
+    return Refusal(
+        landing_file.batch,
+        landing_file.file,
+        landing_file.relative,
+        f"unreadable file ({landing_file.size} bytes): {message}",
+        landing_file,
+    )
+
+
+def plan_files(listing: Listing, ledger: dict[tuple[str, str], LedgerEntry]) -> FilePlan:
+    """New file versions (hashed), same-content touches, and new link refusals.
+
+    A file whose size and mtime equal its latest version's ledger row is unchanged without
+    hashing; otherwise its hash decides: the same content is a touch (recorded so the next run
+    need not hash it), other content is a new version. A ledger row without a hash (an older
+    ledger) is unknown content: hashed and recorded, never re-staged.
+    """
+    versions: dict[tuple[str, str], list[LedgerEntry]] = {}
+    for entry in ledger.values():
+        name, _ = split_version(entry.file)
+        versions.setdefault((entry.batch, name), []).append(entry)
+    plan = FilePlan()
+    for link in listing.links:
+        plan.links += 1
+        known = sorted(versions.get((link.batch, link.file), []), key=lambda e: e.file)
+        latest = max(known, key=lambda e: split_version(e.file)[1]) if known else None
+        if latest is not None and latest.is_link:
+            continue  # reported (quarantined) by an earlier run
+        version = split_version(latest.file)[1] + 1 if latest else 1
+        if "/" in link.file:
+            plan.refusals.append(link)  # a linked folder: its relative path is its identity
+        else:
+            plan.refusals.append(replace(link, file=versioned_name(link.file, version)))
+    for landing_file in listing.files:
+        known = versions.get((landing_file.batch, landing_file.name), [])
+        latest = max(known, key=lambda e: split_version(e.file)[1]) if known else None
+        stat_seen = (landing_file.size, landing_file.mtime_ns)
+        if (
+            latest is not None
+            and not latest.is_link
+            and (latest.size, latest.mtime_ns) == stat_seen
+        ):
+            continue
+        try:
+            sha256, size, mtime_ns = file_digest(landing_file.path)
+        except ChangingFileError:
+            plan.deferred.append(landing_file)
+            continue
+        except OSError as error:
+            if latest is not None and not latest.is_link and latest.refused is not None:
+                continue  # refused before and still unreadable
+            version = split_version(latest.file)[1] + 1 if latest else 1
+            plan.refusals.append(_unreadable(replace(landing_file, version=version), error))
+            continue
+        seen = replace(landing_file, size=size, mtime_ns=mtime_ns, sha256=sha256)
+        if latest is not None and not latest.is_link:
+            version = split_version(latest.file)[1]
+            if latest.sha256 is None or latest.sha256 == sha256:
+                plan.touched.append((replace(seen, version=version), latest))
+                continue
+        version = split_version(latest.file)[1] + 1 if latest else 1
+        seen = replace(seen, version=version)
+        plan.pending.append(seen)
+        if version > 1:
+            plan.changed_versions.append(seen)
+    return plan
+
+
+def ledger_row(
+    landing_file: LandingFile | None,
+    batch: str,
+    file: str,
+    staged: int,
+    quarantined: int,
+    refused: str | None,
+    now: datetime,
+    run_id: str,
+) -> dict[str, Any]:
+    """One ledger row of a file version (or a refused link, without content)."""
+    return {
+        "batch": batch,
+        "file": file,
+        "rows_staged": staged,
+        "rows_quarantined": quarantined,
+        "staged_at": now,
+        "run_id": run_id,
+        "size": landing_file.size if landing_file else None,
+        "mtime_ns": landing_file.mtime_ns if landing_file else None,
+        "sha256": landing_file.sha256 if landing_file else None,
+        "refused": refused,
+    }
+
+
+# Parquet footers: driver-side metadata reads (no row data), grouped by schema.
+
+_NUMERIC = {"tinyint", "smallint", "int", "bigint", "float", "double"}
+_TEMPORAL = {"date", "timestamp", "timestamp_ntz"}
+
+
+def spark_type_of(arrow_type: pa.DataType) -> str:
+    """The Spark SQL type name Spark gives a Parquet column of `arrow_type` (close enough to compare
+    files: integers, floats, decimals, text, booleans, dates and timestamps, nested types)."""
+    if pa.types.is_dictionary(arrow_type):
+        return spark_type_of(arrow_type.value_type)
+    if pa.types.is_unsigned_integer(arrow_type):
+        # Spark widens unsigned Parquet integers to the next signed type.
+        return {8: "smallint", 16: "int", 32: "bigint"}.get(arrow_type.bit_width, "decimal(20,0)")
+    from pyspark.sql.pandas.types import from_arrow_type
+
+    try:
+        return str(from_arrow_type(arrow_type).simpleString())
+    except Exception:  # an Arrow type Spark's converter does not know: compare it by name
+        return str(arrow_type)
+
+
+def _family(spark_type: str) -> str:
+    if spark_type in _NUMERIC or spark_type.startswith("decimal"):
+        return "number"
+    if spark_type in _TEMPORAL:
+        return "time"
+    if spark_type.startswith(("struct", "array", "map")):
+        return "nested"
+    return spark_type  # string, boolean, binary, ...
+
+
+def fits_declared(found: str, declared: str) -> bool:
+    """Whether a Parquet column of type `found` can be read as the declared type (row by row)."""
+    if _family(found) == "nested":
+        return declared == found
+    if found == "string" or declared == "string":
+        return True  # text is parsed (or kept) row by row; a bad value is a quarantined row
+    return _family(found) == _family(declared)
+
+
+def probe_parquet(landing_file: LandingFile) -> dict[str, str]:
+    """Column -> Spark type from the file's footer (metadata only; never through a link).
+
+    Raises OSError or pyarrow's ArrowException when the footer cannot be read.
+    """
+    descriptor = os.open(landing_file.path, os.O_RDONLY | os.O_NOFOLLOW)
+    with os.fdopen(descriptor, "rb") as handle:
+        schema = pq.ParquetFile(handle).schema_arrow
+    return {f.name: spark_type_of(f.type) for f in schema}
+
+
+@dataclass
+class ParquetPlan:
+    """Parquet files grouped by footer schema, the run's column types, and refused files."""
+
+    groups: list[list[LandingFile]] = field(default_factory=list)
+    column_types: dict[str, str] = field(default_factory=dict)  # the type each column is read as
+    refusals: list[Refusal] = field(default_factory=list)
+
+
+def _refusal(landing_file: LandingFile, reason: str) -> Refusal:
+    return Refusal(
+        landing_file.batch, landing_file.file, landing_file.relative, reason, landing_file
+    )
+
+
+def plan_parquet(
+    files: Sequence[LandingFile], declared: dict[str, str] | None, flag_source: str
+) -> ParquetPlan:
+    """Probe every footer; refuse unreadable files and files whose types contradict the declared
+    columns (or, without declared columns, the type most of the run's files give a column; ties
+    go to the earlier file); group the others by schema and pick each column's read type."""
+    plan = ParquetPlan()
+    schemas: list[tuple[LandingFile, dict[str, str]]] = []
+    for landing_file in files:
+        try:
+            schemas.append((landing_file, probe_parquet(landing_file)))
+        except (OSError, pa.ArrowException) as error:
+            message = (str(error).strip().splitlines() or [type(error).__name__])[0]
+            plan.refusals.append(
+                _refusal(
+                    landing_file,
+                    f"unreadable Parquet file ({landing_file.size} bytes): {message}",
+                )
+            )
+    reference: dict[str, str] = {}
+    if declared is not None:
+        reference = {**declared, flag_source: "string"}
+    else:
+        seen: dict[str, list[str]] = {}
+        for _, schema in schemas:
+            for column, spark_type in schema.items():
+                seen.setdefault(column, []).append(spark_type)
+        for column, kinds in seen.items():
+            # The type most files agree with (widening counts as agreeing); max keeps the first
+            # of equal counts: the type of the earliest file.
+            reference[column] = max(
+                kinds, key=lambda t: sum(common_type(t, other) is not None for other in kinds)
+            )
+    accepted: list[tuple[LandingFile, dict[str, str]]] = []
+    for landing_file, schema in schemas:
+        problems = []
+        for column, spark_type in schema.items():
+            expected = reference.get(column)
+            if expected is None or expected == spark_type:
+                continue
+            fits = (
+                fits_declared(spark_type, expected)
+                if declared is not None
+                else common_type(spark_type, expected) is not None
+            )
+            if not fits:
+                source = "the config declares" if declared is not None else "other files give"
+                problems.append(f"{column} is {spark_type} in this file but {source} {expected}")
+        if problems:
+            plan.refusals.append(
+                _refusal(landing_file, "Parquet schema refused: " + "; ".join(problems))
+            )
+        else:
+            accepted.append((landing_file, schema))
+    groups: dict[tuple[tuple[str, str], ...], list[LandingFile]] = {}
+    found: dict[str, set[str]] = {}
+    for landing_file, schema in accepted:
+        groups.setdefault(tuple(sorted(schema.items())), []).append(landing_file)
+        for column, spark_type in schema.items():
+            found.setdefault(column, set()).add(spark_type)
+    plan.groups = list(groups.values())
+    for column, types in found.items():
+        ordered = sorted(types)
+        if len(ordered) == 1:
+            plan.column_types[column] = ordered[0]
+        elif declared is not None:
+            plan.column_types[column] = "string"  # read as text, typed row by row as declared
+        else:
+            merged: str | None = ordered[0]
+            for other in ordered[1:]:
+                merged = common_type(merged, other) if merged else None
+            plan.column_types[column] = merged or "string"
+    return plan
