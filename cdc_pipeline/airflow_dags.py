@@ -133,7 +133,8 @@ class CdcStepOperator(SparkSubmitOperator):
         entry = STEP_ENTRIES.get(self.cdc_step)
         if entry is None:  # a step module with its own arguments: its spark-submit entry
             return self.execute_connect_main(url)
-        args = entry.parse(self.application_args or [], Path(self.config_path or ""))
+        config = Path(self.config_path) if self.config_path else None
+        args = entry.parse(self.application_args or [], config)
         noop = self.noop_report(entry, args)
         if noop is not None:
             return noop

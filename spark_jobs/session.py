@@ -74,6 +74,10 @@ def build_spark_session(
 
 def build_classic_session(app_name: str = "cdc", master: str | None = None) -> SparkSession:
     """Get or create the in-process session; under spark-submit its master and resources win."""
+    # PySpark's per-process Connect switch, inherited from a process that ran a Connect client
+    # (an Airflow worker that ran a Connect task before this spark-submit), would make the
+    # builder look for a remote server.
+    os.environ.pop("SPARK_CONNECT_MODE_ENABLED", None)
     builder = SparkSession.builder.appName(app_name)
     if "PYSPARK_GATEWAY_PORT" not in os.environ:  # set when spark-submit runs this file
         builder = builder.master(master or spark_master())
