@@ -16,21 +16,26 @@ JSON is kept and quarantined, not lost. Each line becomes zero, one or two chang
   line's `lsn` as a number and `_cdc_position` its zero-padded text ('' when absent).
 
 Transaction markers (Debezium BEGIN/END, wal2json B/C), Kafka tombstones (a `null` line) and
-unknown actions are counted and skipped. The column types come from `columns` when declared,
+unknown actions are counted and skipped.
+
+A line of any shape never fails the batch: every value is read with `try_variant_get` (null
+when it has another shape), maps are built only from distinct, non-null names, and a line that
+is not valid UTF-8, not JSON, not an object, or whose fields have the wrong shape becomes a
+quarantine row with the line in `_cdc_raw` and the reason. The column types come from `columns` when declared,
 else from the format (Debezium's schema, wal2json's types), else from the JSON values.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from functools import reduce
 
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from cdc_pipeline.config import EVENT_FORMATS, TableConfig
+from cdc_pipeline.config import COLUMN_PATTERN, EVENT_FORMATS, TECHNICAL_PREFIX, TableConfig
 from cdc_pipeline.schema import common_type, normalize_type
 from spark_jobs.transforms import ARRIVAL, FORMAT_ERROR, RAW
 
@@ -40,6 +45,7 @@ OP = "__op"
 IMAGE = "__image"
 TYPES = "__types"
 LINE = "value"
+NOT_UTF8 = "malformed line: not valid UTF-8 text (its bytes that are not are U+FFFD in _cdc_raw)"
 
 # Kafka Connect types of Debezium's schema -> Spark SQL types.
 CONNECT_TYPES = {
@@ -53,6 +59,9 @@ CONNECT_TYPES = {
     "string": "string",
     "bytes": "string",  # base64 text; declare a type in columns to convert it
 }
+# Milliseconds since the epoch as a timestamp. timestamp_millis fails the job on a value whose
+# microseconds overflow a long; try_multiply makes that a null (an unparsable value) instead.
+MILLIS = "timestamp_micros(try_multiply(try_cast({v} AS BIGINT), 1000))"
 # Debezium / Kafka Connect logical types: Spark type and the SQL turning the JSON value into it.
 LOGICAL_TYPES = {
     "io.debezium.time.Date": ("date", "date_add(DATE'1970-01-01', try_cast({v} AS INT))"),
@@ -60,11 +69,8 @@ LOGICAL_TYPES = {
         "date",
         "date_add(DATE'1970-01-01', try_cast({v} AS INT))",
     ),
-    "io.debezium.time.Timestamp": ("timestamp", "timestamp_millis(try_cast({v} AS BIGINT))"),
-    "org.apache.kafka.connect.data.Timestamp": (
-        "timestamp",
-        "timestamp_millis(try_cast({v} AS BIGINT))",
-    ),
+    "io.debezium.time.Timestamp": ("timestamp", MILLIS),
+    "org.apache.kafka.connect.data.Timestamp": ("timestamp", MILLIS),
     "io.debezium.time.MicroTimestamp": (
         "timestamp",
         "timestamp_micros(try_cast({v} AS BIGINT))",
@@ -97,6 +103,16 @@ POSTGRES_TYPES = {
     "timestamptz": "timestamp",
     "numeric": "decimal(38,18)",
     "decimal": "decimal(38,18)",
+}
+
+
+# Debezium `source` fields read into format columns: path -> Spark type.
+SOURCE_FIELDS = {
+    "$.source.ts_ms": "bigint",
+    "$.source.lsn": "bigint",
+    "$.source.file": "string",
+    "$.source.pos": "bigint",
+    "$.source.row": "int",
 }
 
 
@@ -190,7 +206,41 @@ def _no_changes() -> Column:
 
 
 def _image(variant: Column, path: str) -> Column:
-    return F.variant_get(variant, path, "map<string,variant>")
+    """The object at `path` as name -> value; null when absent or not an object (never fails)."""
+    return F.try_variant_get(variant, path, "map<string,variant>")
+
+
+def _present(variant: Column, path: str) -> Column:
+    """True when `path` holds a value other than JSON null."""
+    value = F.variant_get(variant, path, "variant")
+    return F.coalesce(value.isNotNull() & ~F.is_variant_null(value), F.lit(False))
+
+
+def _not_object(variant: Column, path: str) -> Column:
+    """True when `path` holds a value that is not a JSON object (absent or null: False)."""
+    value = F.variant_get(variant, path, "variant")
+    return _present(variant, path) & ~F.schema_of_variant(value).startswith("OBJECT")
+
+
+def _wrong_type(variant: Column, path: str, spark_type: str) -> Column:
+    """True when `path` holds a value that cannot be read as `spark_type` (1e30 as a bigint)."""
+    return _present(variant, path) & F.try_variant_get(variant, path, spark_type).isNull()
+
+
+def _text(variant: Column, path: str) -> Column:
+    """The JSON string at `path`; null when absent or another kind of value (an object op)."""
+    value = F.variant_get(variant, path, "variant")
+    return F.when(F.schema_of_variant(value) == "STRING", F.variant_get(value, "$", "string"))
+
+
+def _named_map(entries: Column) -> Column:
+    """map_from_entries of (`k`, `v`) structs, null when a name is null or repeated: Spark fails
+    the whole job on either (NULL_MAP_KEY, DUPLICATED_MAP_KEY), so they must never reach it."""
+    names = F.transform(entries, lambda e: e["k"])
+    valid = ~F.exists(names, lambda n: n.isNull()) & (
+        F.size(F.array_distinct(names)) == F.size(names)
+    )
+    return F.when(valid, F.map_from_entries(entries))
 
 
 def _classified(kind_cases: list[tuple[Column, str]], default: str) -> Column:
@@ -201,7 +251,7 @@ def _classified(kind_cases: list[tuple[Column, str]], default: str) -> Column:
 
 
 def _parse_flat(table: TableConfig, v: Column) -> tuple[Column, Column, Column, dict[str, Column]]:
-    is_object = F.schema_of_variant(v).startswith("OBJECT")
+    is_object = F.coalesce(F.schema_of_variant(v).startswith("OBJECT"), F.lit(False))
     kind = _classified([(v.isNull() | ~is_object, "malformed")], "event")
     error = F.when(kind == "malformed", F.lit("malformed line: not a JSON object"))
     image = _image(v, "$")
@@ -212,19 +262,22 @@ def _parse_flat(table: TableConfig, v: Column) -> tuple[Column, Column, Column, 
 
 def _debezium_types(v: Column, image_field: str) -> Column:
     """name -> 'type[/logical]' of the `image_field` struct in the line's Debezium schema."""
-    fields = F.variant_get(v, "$.schema.fields", "array<variant>")
-    entry = F.filter(fields, lambda f: F.variant_get(f, "$.field", "string") == F.lit(image_field))[
-        0
-    ]
-    members = F.variant_get(entry, "$.fields", "array<variant>")
-    return F.map_from_entries(
+    fields = F.try_variant_get(v, "$.schema.fields", "array<variant>")
+    entry = F.filter(
+        fields, lambda f: F.try_variant_get(f, "$.field", "string") == F.lit(image_field)
+    )[0]
+    members = F.try_variant_get(entry, "$.fields", "array<variant>")
+    # A schema Spark cannot read as name -> type gives no types: the values' own types are used.
+    return _named_map(
         F.transform(
             members,
             lambda m: F.struct(
-                F.variant_get(m, "$.field", "string"),
+                F.try_variant_get(m, "$.field", "string").alias("k"),
                 F.concat_ws(
-                    "/", F.variant_get(m, "$.type", "string"), F.variant_get(m, "$.name", "string")
-                ),
+                    "/",
+                    F.try_variant_get(m, "$.type", "string"),
+                    F.try_variant_get(m, "$.name", "string"),
+                ).alias("v"),
             ),
         )
     )
@@ -234,9 +287,9 @@ def _parse_debezium(
     table: TableConfig, v: Column
 ) -> tuple[Column, Column, Column, dict[str, Column]]:
     payload = F.coalesce(F.variant_get(v, "$.payload", "variant"), v)
-    is_object = F.schema_of_variant(payload).startswith("OBJECT")
-    op = F.variant_get(payload, "$.op", "string")
-    status = F.variant_get(payload, "$.status", "string")
+    is_object = F.coalesce(F.schema_of_variant(payload).startswith("OBJECT"), F.lit(False))
+    op = _text(payload, "$.op")
+    status = F.try_variant_get(payload, "$.status", "string")
     before = _image(payload, "$.before")
     after = _image(payload, "$.after")
     key = F.coalesce(_image(v, "$.key"), _image(payload, "$.key"))
@@ -253,7 +306,19 @@ def _parse_debezium(
     )
     error = (
         _line_error(v, is_object)
+        .when(
+            op.isNull() & _present(payload, "$.op"),
+            F.lit("malformed Debezium event: op is not a JSON string"),
+        )
         .when(op.isNull(), F.lit("malformed Debezium event: no op field"))
+        .when(
+            op.isin("c", "r", "u") & _not_object(payload, "$.after"),
+            F.lit("malformed Debezium event: after is not a JSON object"),
+        )
+        .when(
+            op.isin("u", "d") & _not_object(payload, "$.before"),
+            F.lit("malformed Debezium event: before is not a JSON object"),
+        )
         .when(
             op.isin("c", "r", "u") & after.isNull(),
             F.concat(
@@ -264,7 +329,16 @@ def _parse_debezium(
             (op == "d") & before.isNull() & key.isNull(),
             F.lit("malformed Debezium event: delete without a before image or a key"),
         )
+        .when(
+            op.isin("c", "r", "u", "d") & _not_object(payload, "$.source"),
+            F.lit("malformed Debezium event: source is not a JSON object"),
+        )
     )
+    for path, spark_type in SOURCE_FIELDS.items():
+        error = error.when(
+            op.isin("c", "r", "u", "d") & _wrong_type(payload, path, spark_type),
+            F.lit(f"malformed Debezium event: {path[2:]} is not a valid {spark_type}"),
+        )
     kind = F.when((kind == "event") & error.isNotNull(), F.lit("malformed")).otherwise(kind)
     after_types = _debezium_types(v, "after")
     before_types = _debezium_types(v, "before")
@@ -283,11 +357,9 @@ def _parse_debezium(
         )
         .otherwise(_no_changes())
     )
-    source_ts = F.variant_get(payload, "$.source.ts_ms", "bigint")
-    lsn = F.variant_get(payload, "$.source.lsn", "bigint")
-    binlog_file = F.variant_get(payload, "$.source.file", "string")
-    binlog_pos = F.variant_get(payload, "$.source.pos", "bigint")
-    binlog_row = F.variant_get(payload, "$.source.row", "int")
+    source_ts, lsn, binlog_file, binlog_pos, binlog_row = (
+        F.try_variant_get(payload, path, spark_type) for path, spark_type in SOURCE_FIELDS.items()
+    )
     position = (
         F.when(lsn.isNotNull(), F.lpad(lsn.cast("string"), 20, "0"))
         .when(
@@ -312,26 +384,32 @@ def _parse_debezium(
     return kind, error, changes, columns
 
 
-def _wal2json_image(v: Column, path: str) -> tuple[Column, Column]:
-    """(name -> value, name -> type) of a wal2json `columns` or `identity` array."""
-    entries = F.variant_get(v, path, "array<variant>")
-    image = F.map_from_entries(
+def _wal2json_image(v: Column, path: str) -> tuple[Column, Column, Column]:
+    """(name -> value, name -> type, malformed) of a wal2json `columns` or `identity` array.
+
+    `malformed` is true when the path holds something other than an array of objects with
+    distinct names; the maps are then null.
+    """
+    entries = F.try_variant_get(v, path, "array<variant>")
+    image = _named_map(
         F.transform(
             entries,
             lambda c: F.struct(
-                F.variant_get(c, "$.name", "string"), F.variant_get(c, "$.value", "variant")
+                F.try_variant_get(c, "$.name", "string").alias("k"),
+                F.variant_get(c, "$.value", "variant").alias("v"),
             ),
         )
     )
-    types = F.map_from_entries(
+    types = _named_map(
         F.transform(
             entries,
             lambda c: F.struct(
-                F.variant_get(c, "$.name", "string"), F.variant_get(c, "$.type", "string")
+                F.try_variant_get(c, "$.name", "string").alias("k"),
+                F.try_variant_get(c, "$.type", "string").alias("v"),
             ),
         )
     )
-    return image, types
+    return image, types, _present(v, path) & image.isNull()
 
 
 def lsn_number(text: Column) -> Column:
@@ -345,10 +423,10 @@ def lsn_number(text: Column) -> Column:
 def _parse_wal2json(
     table: TableConfig, v: Column
 ) -> tuple[Column, Column, Column, dict[str, Column]]:
-    is_object = F.schema_of_variant(v).startswith("OBJECT")
-    action = F.variant_get(v, "$.action", "string")
-    new_image, new_types = _wal2json_image(v, "$.columns")
-    old_image, old_types = _wal2json_image(v, "$.identity")
+    is_object = F.coalesce(F.schema_of_variant(v).startswith("OBJECT"), F.lit(False))
+    action = _text(v, "$.action")
+    new_image, new_types, new_malformed = _wal2json_image(v, "$.columns")
+    old_image, old_types, old_malformed = _wal2json_image(v, "$.identity")
     kind = _classified(
         [
             (v.isNull() | ~is_object, "malformed"),
@@ -360,7 +438,23 @@ def _parse_wal2json(
     )
     error = (
         _line_error(v, is_object)
+        .when(
+            action.isNull() & _present(v, "$.action"),
+            F.lit("malformed wal2json line: action is not a JSON string"),
+        )
         .when(action.isNull(), F.lit("malformed wal2json line: no action field"))
+        .when(
+            action.isin("I", "U") & new_malformed,
+            F.lit(
+                "malformed wal2json line: columns is not an array of objects with distinct names"
+            ),
+        )
+        .when(
+            action.isin("U", "D") & old_malformed,
+            F.lit(
+                "malformed wal2json line: identity is not an array of objects with distinct names"
+            ),
+        )
         .when(
             action.isin("I", "U") & new_image.isNull(),
             F.concat(F.lit("malformed wal2json line: action "), action, F.lit(" without columns")),
@@ -377,7 +471,7 @@ def _parse_wal2json(
         .when(action == "D", F.array(_change("D", old_image, old_types)))
         .otherwise(_no_changes())
     )
-    lsn_text = F.variant_get(v, "$.lsn", "string")
+    lsn_text = F.try_variant_get(v, "$.lsn", "string")
     lsn = lsn_number(lsn_text)
     columns = {
         "_cdc_lsn": lsn,
@@ -398,6 +492,11 @@ def read_json_changes(spark: SparkSession, table: TableConfig, lines: DataFrame)
     """Change rows of JSON-lines files: `lines` holds `value` (one line) and the arrival columns."""
     v = F.try_parse_json(F.col(LINE))
     kind, error, changes, format_columns = PARSERS[table.change_format](table, v)
+    # Spark keeps a text line's bytes as they are; JSON parsing would turn bytes that are not
+    # UTF-8 into U+FFFD silently, so such a line is quarantined instead (its raw text made valid).
+    utf8 = F.is_valid_utf8(F.col(LINE))
+    kind = F.when(~utf8, F.lit("malformed")).otherwise(kind)
+    error = F.when(~utf8, F.lit(NOT_UTF8)).otherwise(error)
     parsed = (
         lines.filter(F.trim(F.col(LINE)) != "")
         .select(
@@ -423,7 +522,7 @@ def read_json_changes(spark: SparkSession, table: TableConfig, lines: DataFrame)
         F.lit(None).cast("string").alias(OP),
         F.lit(None).cast("map<string,variant>").alias(IMAGE),
         F.lit(None).cast("map<string,string>").alias(TYPES),
-        F.col(LINE).alias(RAW),
+        F.make_valid_utf8(F.col(LINE)).alias(RAW),
         F.col(FORMAT_ERROR),
         *[F.col(name) for name in format_columns],
         *[F.col(c) for c in ARRIVAL],
@@ -447,12 +546,13 @@ def read_json_changes(spark: SparkSession, table: TableConfig, lines: DataFrame)
     found = {name: kind for name, kind in found.items() if name not in skip}
     if table.columns is not None:
         names = list(table.columns)
-        undeclared = sorted(set(found) - set(names))
+        _, undeclared = column_names(set(found) - set(names), set())
         batch_types: dict[str, str | None] = dict(table.columns)
     else:
-        keys_first = [k for k in table.keys if k in found]
-        names = keys_first + sorted(n for n in found if n not in keys_first)
-        undeclared = []
+        taken = {*skip, *table.format_columns}
+        usable, undeclared = column_names(found, taken, table.keys)
+        keys_first = [k for k in table.keys if k in usable]
+        names = keys_first + sorted(n for n in usable if n not in keys_first)
         batch_types = {name: found[name][0] for name in names}
     conversions = {name: found[name][1] for name in names if name in found}
     projection = [_value(name, conversions.get(name)).alias(name) for name in names]
@@ -467,6 +567,35 @@ def read_json_changes(spark: SparkSession, table: TableConfig, lines: DataFrame)
     for name, spark_type in table.format_columns.items():
         batch_types[name] = spark_type
     return ChangeRead(frame, batch_types, ignored, undeclared, cached=parsed)
+
+
+def column_names(
+    found: Iterable[str], taken: set[str], first: Sequence[str] = ()
+) -> tuple[list[str], list[str]]:
+    """(names that can be columns, the others as the warning names them).
+
+    A JSON key becomes a column only when it is an identifier that neither starts with `_cdc_`
+    (the technical columns) nor equals another column ignoring case (Spark resolves names
+    ignoring case: both would fail the batch as ambiguous; the names in `first`, the keys, win
+    such a clash). A key that is not an identifier is
+    counted, not printed: a warning never repeats what a file holds.
+    """
+    usable: list[str] = []
+    ignored: list[str] = []
+    seen = {name.lower() for name in taken}
+    odd = 0
+    for name in sorted(found, key=lambda n: (n not in first, n)):
+        lowered = name.lower()
+        if not re.match(COLUMN_PATTERN, name) or len(name) > 128:
+            odd += 1
+        elif lowered.startswith(TECHNICAL_PREFIX) or lowered in seen:
+            ignored.append(name)
+        else:
+            usable.append(name)
+            seen.add(lowered)
+    if odd:
+        ignored.append(f"<{odd} key(s) that are not column names>")
+    return usable, ignored
 
 
 def _value(name: str, conversion: str | None) -> Column:
