@@ -6,11 +6,13 @@ Spark SQL functions only (no Python UDFs), so executors need nothing but Spark.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from datetime import UTC, datetime
 
 from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 
 from cdc_pipeline.config import TableConfig
+from cdc_pipeline.durations import parse_duration
 
 FLAG = "_cdc_flag"
 BATCH = "_cdc_batch"
@@ -22,11 +24,26 @@ FORMAT_ERROR = "_cdc_format_error"
 ARRIVAL = (BATCH, FILE, ROW)
 VALID_FLAGS = ("I", "U", "D")
 RAW_PREFIX = "__raw_"
+# The instants Python (datetime), pyarrow's conversions and so the driver-side steps can hold:
+# 0001-01-01T00:00:00 and 9999-12-31T23:59:59.999999 UTC, as microseconds and days since the
+# epoch. Spark holds far wider values; one of them in staging would fail every later run that
+# reads the file statistics or collects keys and partition values.
+MIN_MICROS, MAX_MICROS = -62135596800000000, 253402300799999999
+MIN_DAYS, MAX_DAYS = -719162, 2932896
+OUT_OF_RANGE = "is outside the years 0001 to 9999"
+# Debezium's source time (epoch milliseconds) is a time too, for max_sequence_ahead.
+EPOCH_MILLIS_COLUMNS = ("_cdc_source_ts_ms",)
+TIME_TYPES = ("date", "timestamp", "timestamp_ntz")
 
 
 def raw_name(column: str) -> str:
     """Name of the column holding a change value as it was read, before typing."""
     return f"{RAW_PREFIX}{column}"
+
+
+def quoted(column: str) -> str:
+    """`column` quoted for `F.col`, so that any name (dots, backticks) is one column."""
+    return "`" + column.replace("`", "``") + "`"
 
 
 def type_changes(
@@ -42,15 +59,21 @@ def type_changes(
     available = set(raw.columns)
     projections: list[Column] = []
     for column, spark_type in column_types.items():
-        source = F.col(f"`{column}`") if column in available else F.lit(None)
+        source = F.col(quoted(column)) if column in available else F.lit(None)
         projections.append(source.cast("string").alias(raw_name(column)))
         projections.append(source.try_cast(spark_type).alias(column))
+    for column in [*table.keys, *table.sequence_by]:
+        if column not in column_types:
+            # A batch of only malformed lines gives no column types at all: the rows are
+            # quarantined for their line, and the identity checks need the columns to exist.
+            projections.append(F.lit(None).cast("string").alias(raw_name(column)))
+            projections.append(F.lit(None).cast("string").alias(column))
     flag_source = table.flag_source
     if flag_present and flag_source in available:
-        flag = F.upper(F.trim(F.col(f"`{flag_source}`").cast("string")))
+        flag = F.upper(F.trim(F.col(quoted(flag_source)).cast("string")))
         if table.insert_only:
             flag = F.coalesce(flag, F.lit("I"))  # events often carry no flag: an insert
-        raw_flag = F.col(f"`{flag_source}`").cast("string")
+        raw_flag = F.col(quoted(flag_source)).cast("string")
     else:
         # An insert-only event table may land without a flag column: every row is an insert.
         flag = F.lit("I")
@@ -62,14 +85,50 @@ def type_changes(
     projections += [F.col(c) for c in ARRIVAL]
     typed = raw.select(*projections)
     if table.partition_column is not None and table.partition_expression is not None:
+        # Config SQL is data: checked again on what Spark resolves it to, before any write.
+        from spark_jobs.expression_check import check_partition_expression
+
+        check_partition_expression(typed, table)
         typed = typed.withColumn(table.partition_column, F.expr(table.partition_expression))
-    return typed.withColumn(REASON, quarantine_reason(table, column_types, typed.columns))
+    partition_type = None
+    if table.partition_column is not None and table.partition_column in typed.columns:
+        partition_type = typed.schema[table.partition_column].dataType.simpleString()
+    return typed.withColumn(
+        REASON,
+        quarantine_reason(table, column_types, typed.columns, partition_type, datetime.now(UTC)),
+    )
+
+
+def _outside_years(value: Column, spark_type: str) -> Column:
+    """True when a date or timestamp lies outside 0001-01-01 .. 9999-12-31T23:59:59.999999."""
+    if spark_type == "date":
+        days = F.unix_date(value)
+        return (days < MIN_DAYS) | (days > MAX_DAYS)
+    micros = F.unix_micros(value.cast("timestamp"))
+    return (micros < MIN_MICROS) | (micros > MAX_MICROS)
+
+
+def _ahead_of(value: Column, spark_type: str, column: str, limit: datetime) -> Column | None:
+    """True when a sequence value lies after `limit` (None: the column is not a time)."""
+    if column in EPOCH_MILLIS_COLUMNS:
+        return value > F.lit(int(limit.timestamp() * 1000))
+    if spark_type in TIME_TYPES:
+        return value.cast("timestamp") > F.lit(limit)
+    return None
 
 
 def quarantine_reason(
-    table: TableConfig, column_types: dict[str, str], columns: Sequence[str]
+    table: TableConfig,
+    column_types: dict[str, str],
+    columns: Sequence[str],
+    partition_type: str | None = None,
+    now: datetime | None = None,
 ) -> Column:
-    """Why a typed change row cannot be applied, or null when it can; the first problem wins."""
+    """Why a typed change row cannot be applied, or null when it can; the first problem wins.
+
+    `partition_type` is the partition column's type (its values are range-checked when it is a
+    date or timestamp); `now` is when the stage runs, for `max_sequence_ahead` (default: now).
+    """
     checks: list[Column] = [
         F.col(FORMAT_ERROR),
         F.when(
@@ -102,15 +161,61 @@ def quarantine_reason(
                 ),
             )
         )
+    for column, spark_type in column_types.items():
+        if spark_type in TIME_TYPES:
+            # Also for a delete: its values are staged with it.
+            checks.append(
+                F.when(
+                    _outside_years(F.col(column), spark_type),
+                    F.concat(
+                        F.lit(f"value out of range in {column}: '"),
+                        F.col(raw_name(column)),
+                        F.lit(f"' {OUT_OF_RANGE}"),
+                    ),
+                )
+            )
     for column in table.sequence_by:
         checks.append(F.when(F.col(column).isNull(), F.lit(f"null sequence_by column {column}")))
+    if table.max_sequence_ahead is not None:
+        bound = table.max_sequence_ahead
+        staged_at = now or datetime.now(UTC)
+        # A literal, not current_timestamp(): every action over the rows sees the same limit.
+        limit = staged_at + parse_duration(bound)
+        for column in table.sequence_by:
+            ahead = _ahead_of(F.col(column), column_types.get(column, ""), column, limit)
+            if ahead is not None:
+                checks.append(
+                    F.when(
+                        ahead,
+                        F.concat(
+                            F.lit(f"sequence value too far ahead in {column}: '"),
+                            F.col(raw_name(column)),
+                            F.lit(
+                                f"' is more than max_sequence_ahead {bound} after the stage "
+                                f"run at {staged_at:%Y-%m-%d %H:%M:%S} UTC"
+                            ),
+                        ),
+                    )
+                )
     if table.partition_column is not None and table.partition_column in columns:
+        partition = F.col(table.partition_column)
         checks.append(
             F.when(
-                F.col(table.partition_column).isNull() & ~is_delete,
+                partition.isNull() & ~is_delete,
                 F.lit(f"partition_expression gives null ({table.partition_expression})"),
             )
         )
+        if partition_type in TIME_TYPES:
+            checks.append(
+                F.when(
+                    _outside_years(partition, partition_type),
+                    F.concat(
+                        F.lit(f"value out of range in {table.partition_column}: '"),
+                        partition.cast("string"),
+                        F.lit(f"' {OUT_OF_RANGE} ({table.partition_expression})"),
+                    ),
+                )
+            )
     return F.coalesce(*checks)
 
 

@@ -94,3 +94,57 @@ def test_type_changes_types_checks_and_quarantines(spark) -> None:
             "unparsable value in AMOUNT: '12345.678' is not a valid decimal(5,2)",
         )
     ]
+
+
+def test_dates_and_timestamps_outside_years_1_to_9999_and_far_ahead_are_quarantined(
+    spark,
+) -> None:
+    from datetime import UTC, datetime
+
+    from spark_jobs.transforms import REASON, quarantine_reason
+
+    row = {
+        "name": "t",
+        "file_format": "csv",
+        "columns": {"ID": "bigint", "DAY": "date", "TS": "timestamp"},
+        "keys": ["ID"],
+        "sequence_by": ["DAY"],
+        "partition_expression": "date_add(DAY, 1)",
+        "partition_column": "P",
+    }
+    raw = spark.createDataFrame(
+        [
+            ("I", "1", "2024-01-02", "2024-01-01 00:00:00", "h", "f", 0),
+            ("I", "2", "2024-01-03", "2024-01-01 00:00:00", "h", "f", 1),
+            ("I", "3", "9999-12-31", "2024-01-01 00:00:00", "h", "f", 2),
+            ("D", "4", "2024-01-01", "0000-12-31 23:59:59", "h", "f", 3),
+        ],
+        "FLAG string, ID string, DAY string, TS string, _cdc_batch string, _cdc_file string, _cdc_row long",
+    )
+    # The partition value of 9999-12-31 is a day past what Python (and so the driver) holds.
+    unbounded = TableConfig.model_validate({**row, "max_sequence_ahead": None})
+    typed = type_changes(raw, unbounded, dict(unbounded.columns or {}), flag_present=True)
+    # Only the reasons are collected: the typed rows hold that value, which Python cannot.
+    assert rows(typed.select("ID", REASON), ["ID", REASON]) == [
+        (1, None),
+        (2, None),
+        (
+            3,
+            "value out of range in P: '+10000-01-01' is outside the years 0001 to 9999 "
+            "(date_add(DAY, 1))",
+        ),
+        (4, "value out of range in TS: '0000-12-31 23:59:59' is outside the years 0001 to 9999"),
+    ]
+    # 36 hours after 2024-01-01T00:00Z: 2024-01-02 (midnight) is within, 2024-01-03 is not.
+    bounded = TableConfig.model_validate({**row, "max_sequence_ahead": "36h"})
+    now = datetime(2024, 1, 1, tzinfo=UTC)
+    reasons = typed.withColumn(
+        REASON, quarantine_reason(bounded, dict(bounded.columns or {}), typed.columns, "date", now)
+    )
+    ahead = "' is more than max_sequence_ahead 36h after the stage run at 2024-01-01 00:00:00 UTC"
+    assert rows(reasons.select("ID", REASON), ["ID", REASON]) == [
+        (1, None),
+        (2, "sequence value too far ahead in DAY: '2024-01-03" + ahead),
+        (3, "sequence value too far ahead in DAY: '9999-12-31" + ahead),
+        (4, "value out of range in TS: '0000-12-31 23:59:59' is outside the years 0001 to 9999"),
+    ]
