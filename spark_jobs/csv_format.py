@@ -1,0 +1,217 @@
+"""CSV change files read line by line: values matched to each file's header by name, bad rows kept.
+
+Spark's CSV reader decodes bytes that are not UTF-8 into U+FFFD without a word, drops the
+fields of a row longer than the header and fills a shorter one with nulls, so a header missing
+a column shifts nothing but a row with a stray comma loses data silently. Here every file is
+read as text lines (Spark keeps their bytes as they are) and each line is parsed with
+`from_csv` against its file's header (Spark's own CSV parser, so quoting works as before), with
+a corrupt-record column that catches a row whose field count differs from the header. A row
+that is not valid UTF-8 or does not fit the header goes to quarantine with the line in
+`_cdc_raw` and the reason; a header without a declared column gives that column's values as
+null, says so in a warning, and quarantines the file's rows only when the column is one every
+row needs (a key, a sequence_by column, the flag). Line breaks inside quoted values are not
+supported (as with Spark's CSV reader without multiLine): each part becomes a quarantined row.
+"""
+
+from __future__ import annotations
+
+import csv
+import os
+import re
+import sys
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+from cdc_pipeline.config import COLUMN_PATTERN, TableConfig
+from cdc_pipeline.errors import InputError
+from spark_jobs.formats import ChangeRead
+from spark_jobs.transforms import ARRIVAL, BATCH, FILE, FORMAT_ERROR, RAW, ROW
+
+# A header line longer than this is not read on the driver (its rows are quarantined).
+HEADER_LIMIT = 1 << 20
+CORRUPT = "__corrupt"
+LINE = "value"
+NOT_UTF8 = "row is not valid UTF-8 text (its bytes that are not are U+FFFD in _cdc_raw)"
+
+Scan = Callable[[DataFrame], DataFrame]
+
+
+@dataclass(frozen=True)
+class CsvHeader:
+    """A file's header line: its column names, or why none of its rows can be read."""
+
+    names: tuple[str, ...]
+    problem: str | None = None
+    has_line: bool = True  # the file's first line is the header (not a data row, not blank)
+
+
+def read_csv_header(path: Path) -> CsvHeader:
+    """The header of a CSV file, read on the driver (metadata: its first line only).
+
+    The file is opened without following a symbolic link, at most HEADER_LIMIT bytes are read,
+    and nothing of it is ever printed: problems are reasons for its rows, which quarantine
+    keeps. A file that cannot be opened is an InputError naming the file, not its content.
+    """
+    try:
+        descriptor = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+    except OSError as error:
+        raise InputError(
+            f"CSV file {_landing_name(path)}: cannot read its header: {error.strerror}"
+        ) from None
+    with os.fdopen(descriptor, "rb") as handle:
+        first = handle.readline(HEADER_LIMIT + 1)
+    if len(first) > HEADER_LIMIT:
+        return CsvHeader((), f"the file's header line is longer than {HEADER_LIMIT} bytes")
+    try:
+        text = first.decode("utf-8").lstrip("\ufeff").rstrip("\r\n")
+    except UnicodeDecodeError:
+        return CsvHeader((), "the file's header line is not valid UTF-8 text")
+    if not text.strip():
+        # Spark skips blank lines: the first line read is then a data row, not the header.
+        return CsvHeader((), "the file has no header line (its first line is empty)", False)
+    names = tuple(name.strip() for name in next(csv.reader([text])))
+    return CsvHeader(names)
+
+
+def read_csv_changes(
+    spark: SparkSession, table: TableConfig, paths: Sequence[Path], scan: Scan
+) -> ChangeRead:
+    """Change rows of CSV files: the declared columns (and flag) as text, with `_cdc_raw` and
+    `_cdc_format_error` set for rows that cannot be read; `scan` adds the arrival columns to a
+    text read (numbering each file's lines from 0)."""
+    if table.columns is None:
+        raise InputError(f"table {table.name}: file_format csv needs declared columns")
+    headers = {path: read_csv_header(path) for path in paths}
+    wanted = list(table.columns)
+    flag_needed = table.change_format == "flat"
+    if flag_needed and any(
+        _position(h.names, table.flag_column) is not None for h in headers.values()
+    ):
+        wanted.append(table.flag_column)
+    # Without a flag column in any file, none is added: the stage step then says so and stops.
+    groups: dict[CsvHeader, list[Path]] = {}
+    for path, header in headers.items():
+        groups.setdefault(header, []).append(path)
+    frames = []
+    undeclared: set[str] = set()
+    for header, group in groups.items():
+        problem = header.problem or _missing_required(table, header.names)
+        missing = [c for c in wanted if _position(header.names, c) is None]
+        if header.has_line and problem is None and missing:
+            for path in group:
+                _warn(
+                    f"table {table.name}: {_landing_name(path)}: the header has no column "
+                    f"{', '.join(missing)}; its rows read null there"
+                )
+        undeclared |= _undeclared(header.names, [*table.columns, table.flag_column])
+        lines = scan(spark.read.text([str(p) for p in group]).filter(F.trim(F.col(LINE)) != ""))
+        if header.has_line:
+            # The header is each file's first line read; data rows are numbered from 0.
+            lines = lines.filter(F.col(ROW) > 0).withColumn(ROW, F.col(ROW) - 1)
+        frames.append(_parse_lines(lines, header, wanted, problem))
+    if not frames:
+        return ChangeRead(_empty(spark, wanted), dict(table.columns))
+    result = frames[0]
+    for frame in frames[1:]:
+        result = result.unionByName(frame)
+    return ChangeRead(result, dict(table.columns), undeclared=sorted(undeclared))
+
+
+def _parse_lines(
+    lines: DataFrame, header: CsvHeader, wanted: list[str], problem: str | None
+) -> DataFrame:
+    """One header group's lines parsed into the wanted columns plus the row's format error."""
+    width = len(header.names)
+    valid = F.is_valid_utf8(F.col(LINE))
+    text = F.when(valid, F.col(LINE)).otherwise(F.make_valid_utf8(F.col(LINE)))
+    fields = [f"`__c{i}` STRING" for i in range(width)] + [f"`{CORRUPT}` STRING"]
+    parsed = F.from_csv(
+        text, ", ".join(fields), {"columnNameOfCorruptRecord": CORRUPT, "mode": "PERMISSIVE"}
+    )
+    error = F.coalesce(
+        F.lit(problem).cast("string"),
+        F.when(~valid, F.lit(NOT_UTF8)),
+        F.when(parsed[CORRUPT].isNotNull(), _field_count_reason(text, width)),
+    )
+    values = []
+    for column in wanted:
+        position = _position(header.names, column)
+        value = parsed[f"__c{position}"] if position is not None else F.lit(None).cast("string")
+        values.append(value.alias(column))
+    return lines.select(
+        *values,
+        F.when(error.isNotNull(), text).alias(RAW),
+        error.alias(FORMAT_ERROR),
+        *[F.col(c) for c in ARRIVAL],
+    )
+
+
+def _field_count_reason(text: Column, width: int) -> Column:
+    """'row has 5 fields, the header has 4' (fields counted outside double-quoted parts)."""
+    unquoted = F.regexp_replace(text, '"[^"]*"', "")
+    count = F.size(F.split(unquoted, ",", -1))
+    return F.when(
+        count != width,
+        F.concat(
+            F.lit("row has "), count.cast("string"), F.lit(f" fields, the header has {width}")
+        ),
+    ).otherwise(F.lit(f"row does not split into the header's {width} fields"))
+
+
+def _position(names: Sequence[str], column: str) -> int | None:
+    """Where `column` is in a header (names match ignoring case, as Spark resolves them)."""
+    for index, name in enumerate(names):
+        if name.lower() == column.lower():
+            return index
+    return None
+
+
+def _missing_required(table: TableConfig, names: Sequence[str]) -> str | None:
+    """Why no row of a file can be applied: a column every row needs is not in its header,
+    or a column is named twice."""
+    declared = table.columns or {}
+    lowered = [name.lower() for name in names]
+    for column in [*declared, table.flag_column]:
+        if lowered.count(column.lower()) > 1:
+            return f"the file's header names column {column} more than once"
+    needs = [(k, "a key column") for k in table.keys if k in declared]
+    needs += [(c, "a sequence_by column") for c in table.sequence_by if c in declared]
+    if table.change_format == "flat" and not table.insert_only:
+        needs.append((table.flag_column, "the flag column"))
+    for column, role in needs:
+        if _position(names, column) is None:
+            return f"the file's header has no column {column} ({role})"
+    return None
+
+
+def _undeclared(names: Sequence[str], known: Sequence[str]) -> set[str]:
+    """Header names that are not declared columns; a name that is not an identifier is given by
+    its position only (a warning never prints what a file holds)."""
+    lowered = {k.lower() for k in known}
+    found = set()
+    for index, name in enumerate(names):
+        if name.lower() in lowered:
+            continue
+        ok = re.match(COLUMN_PATTERN, name) and len(name) <= 128
+        found.add(name if ok else f"<header field {index + 1}>")
+    return found
+
+
+def _empty(spark: SparkSession, columns: list[str]) -> DataFrame:
+    names = [*columns, RAW, FORMAT_ERROR, BATCH, FILE]
+    schema = ", ".join([*[f"`{c}` string" for c in names], f"{ROW} long"])
+    return spark.createDataFrame([], schema)
+
+
+def _landing_name(path: Path) -> str:
+    """A landed file as `dt=.../hr=.../name` (where it is, never what it holds)."""
+    return "/".join(Path(path).parts[-3:])
+
+
+def _warn(message: str) -> None:
+    """A warning line on stderr (the task log), like the stage step's own warnings."""
+    print(f"warning: {message}", file=sys.stderr, flush=True)
