@@ -6,6 +6,7 @@ from __future__ import annotations
 import threading
 import time
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -144,3 +145,33 @@ def test_interrupt_reaches_exactly_the_operations_of_the_tag(connect_server: Any
     worker.join(timeout=120)
     session.stop()
     assert len(errors) == 1 and "OPERATION_CANCELED" in errors[0], errors
+
+
+def test_the_local_launcher_makes_spark_default_a_connect_connection_to_its_server(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from airflow.providers.apache.spark.hooks.spark_connect import SparkConnectHook
+
+    from cdc_pipeline.local_airflow import LocalAirflow, spark_connection_from_environment
+
+    local = LocalAirflow(tmp_path, tmp_path / "t.yaml", tmp_path, tmp_path, connect_port=15123)
+    monkeypatch.setenv(
+        "AIRFLOW_CONN_SPARK_DEFAULT", local.environment()["AIRFLOW_CONN_SPARK_DEFAULT"]
+    )
+    assert SparkConnectHook("spark_default").get_connection_url() == "sc://127.0.0.1:15123/"
+    # An existing server instead: CDC_SPARK_REMOTE (no local server is started then).
+    monkeypatch.delenv("AIRFLOW_CONN_SPARK_DEFAULT")
+    monkeypatch.setenv("CDC_SPARK_REMOTE", "sc://spark-connect:15002")
+    remote = LocalAirflow(
+        tmp_path,
+        tmp_path / "t.yaml",
+        tmp_path,
+        tmp_path,
+        spark_connection=spark_connection_from_environment(),
+    )
+    remote.start_spark()
+    assert remote.connect_server is None
+    monkeypatch.setenv(
+        "AIRFLOW_CONN_SPARK_DEFAULT", remote.environment()["AIRFLOW_CONN_SPARK_DEFAULT"]
+    )
+    assert SparkConnectHook("spark_default").get_connection_url() == "sc://spark-connect:15002/"
