@@ -96,6 +96,21 @@ def spark_mode(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) 
     return mode
 
 
+@pytest.fixture(scope="session", autouse=True)
+def connect_by_default(request: pytest.FixtureRequest) -> Iterator[None]:
+    """With CDC_TEST_SPARK_MODES=connect, the whole run is a Connect client: also module-scoped
+    fixtures that run `cdc` before any test's own mode applies."""
+    if os.environ.get("CDC_TEST_SPARK_MODES", "").strip() != CONNECT:
+        yield
+        return
+    server = request.getfixturevalue("connect_server")
+    os.environ["CDC_SPARK_REMOTE"] = server.url
+    try:
+        yield
+    finally:
+        os.environ.pop("CDC_SPARK_REMOTE", None)
+
+
 @pytest.fixture(scope="session")
 def connect_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     """One local Spark Connect server for the test run (local[2], 2 shuffle partitions)."""
