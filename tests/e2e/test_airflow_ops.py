@@ -1,0 +1,280 @@
+"""Airflow operations for real: failure and quarantine notifications, a freshness deadline, the
+table's asset triggering a downstream DAG, and a REST run without a logical date.
+
+Its own Airflow (one more start, ~40 s) rather than the shared fixture of test_airflow.py: it needs
+a DAG folder with a downstream DAG, the notifier registry Variable and its own tables, and it
+leaves the other tests' Airflow as they expect it.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from cdc_pipeline.config import project_root
+from tests.e2e.airflow_env import AirflowEnv
+from tests.helpers import Workspace, table_rows
+
+# Each test runs several Spark steps through Airflow: on a loaded 2-core machine, past 900 s.
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(2400)]
+
+# spark-submit locally, whatever the launcher's default connection becomes.
+SPARK_SUBMIT = '{"conn_type": "spark", "host": "local[2]"}'
+PROBE_DAG = '''
+"""Downstream of the CDC table o_rest: records the asset events that triggered it."""
+import json
+import os
+from datetime import datetime, timezone
+
+from airflow.sdk import DAG, task
+
+from cdc_pipeline.airflow_ops import table_asset
+
+with DAG("ops_probe", schedule=[table_asset("o_rest")], start_date=datetime(2024, 1, 1, tzinfo=timezone.utc)):
+
+    @task
+    def record(triggering_asset_events=None):
+        events = [
+            {"uri": asset.uri, "extra": dict(event.extra)}
+            for asset, asset_events in triggering_asset_events.items()
+            for event in asset_events
+        ]
+        with open(os.environ["OPS_PROBE_OUT"], "a") as out:
+            out.write(json.dumps(events) + "\\n")
+
+    record()
+'''
+
+
+def row(name: str, **extra: Any) -> dict[str, Any]:
+    return {
+        "name": name,
+        "file_format": "csv",
+        "columns": {"ID": "bigint", "VALUE": "int", "TS": "timestamp"},
+        "keys": ["ID"],
+        "sequence_by": ["TS"],
+        "optimize_schedule": None,
+        "vacuum_schedule": None,
+        "reset_staging_schedule": None,
+        "start_date": "2024-01-01",
+        "retries": 0,
+        "notify": ["record"],
+        **extra,
+    }
+
+
+@dataclass
+class OpsAirflow(AirflowEnv):
+    """The launcher's Airflow reading a test DAG folder (the CDC DAG file plus a downstream DAG)."""
+
+    dags_folder: Path | None = None
+    probe_out: Path | None = None
+    notifiers: str = "{}"
+
+    def environment(self) -> dict[str, str]:
+        env = super().environment()
+        env["AIRFLOW__CORE__DAGS_FOLDER"] = str(self.dags_folder)
+        env["OPS_PROBE_OUT"] = str(self.probe_out)
+        # Deadline callbacks may not read Variables through the execution API (Airflow 3.3):
+        # the registry is also defined the way Airflow reads a Variable from the environment.
+        env["AIRFLOW_VAR_CDC_NOTIFIERS"] = self.notifiers
+        return env
+
+
+@pytest.fixture(scope="module")
+def ops(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[OpsAirflow, Workspace, Path]]:
+    root = tmp_path_factory.mktemp("ops")
+    ws = Workspace(root)
+    tables = [
+        row("o_fail"),
+        row("o_quarantine", max_quarantine_fraction=0.2, quarantine_action="fail"),
+        row("o_rest", freshness="5s"),
+        row("o_timeout", execution_timeout="3s", dagrun_timeout="1h"),
+    ]
+    ws.config_path.write_text(yaml.safe_dump({"tables": tables}))
+    dags = root / "dags"
+    dags.mkdir()
+    (dags / "cdc_tables.py").write_text((project_root() / "dags" / "cdc_tables.py").read_text())
+    (dags / "ops_probe.py").write_text(PROBE_DAG)
+    alerts = root / "alerts.jsonl"
+    registry = json.dumps({"record": {"kind": "jsonl", "path": str(alerts)}})
+    env = OpsAirflow(
+        root / "airflow_home",
+        ws.config_path,
+        ws.landing,
+        ws.warehouse,
+        spark_connection=SPARK_SUBMIT,
+        log_dir=root,
+        dags_folder=dags,
+        probe_out=root / "probe.jsonl",
+        notifiers=registry,
+    )
+    env.migrate()
+    env.airflow("variables", "set", "cdc_notifiers", registry)  # what tasks read
+    for table in tables:  # the launcher may create them too: `pools set` is idempotent
+        env.airflow("pools", "set", f"cdc_{table['name']}", "1", "CDC table rewrites")
+    try:
+        yield env, ws, alerts
+    finally:
+        env.stop()
+
+
+def alerts_of(path: Path, table: str) -> list[dict[str, Any]]:
+    if not path.exists():
+        return []
+    records = [json.loads(line) for line in path.read_text().splitlines()]
+    return [r for r in records if r["table"] == table]
+
+
+def test_a_failed_step_and_a_quarantine_past_its_limit_reach_the_notifier(
+    ops: tuple[OpsAirflow, Workspace, Path],
+) -> None:
+    env, ws, alerts = ops
+    # o_fail: a change file without the flag column fails the stage step.
+    ws.land(
+        "o_fail", "2024-01-01T00", "a.csv", [{"ID": 1, "VALUE": 1, "TS": "2024-01-01 00:00:01"}]
+    )
+    # o_quarantine: two of three rows have no key (2/3 > 0.2, action fail).
+    ws.land(
+        "o_quarantine",
+        "2024-01-01T00",
+        "a.csv",
+        [
+            {"FLAG": "I", "ID": 1, "VALUE": 1, "TS": "2024-01-01 00:00:01"},
+            {"FLAG": "I", "ID": None, "VALUE": 2, "TS": "2024-01-01 00:00:02"},
+            {"FLAG": "I", "ID": None, "VALUE": 3, "TS": "2024-01-01 00:00:03"},
+        ],
+    )
+    for table in ("o_fail", "o_quarantine"):
+        env.airflow("dags", "test", f"cdc_{table}", "2024-01-01T01:00:00+00:00", check=False)
+        (run,) = env.runs(f"cdc_{table}")
+        assert run["state"] == "failed"
+        states = env.task_states(f"cdc_{table}", run["run_id"])
+        assert (states["stage"], states["overwrite_final"]) == ("failed", "upstream_failed")
+
+    (failed,) = alerts_of(alerts, "o_fail")
+    assert (failed["kind"], failed["task_id"], failed["dag_id"]) == (
+        "task_failed",
+        "stage",
+        "cdc_o_fail",
+    )
+    assert "no flag column FLAG" in failed["message"]
+
+    # One alert for the quarantine: the failure it causes is not announced a second time.
+    (quarantine,) = alerts_of(alerts, "o_quarantine")
+    assert quarantine["kind"] == "quarantine"
+    details = quarantine["details"]
+    assert (details["rows_read"], details["quarantined"], details["action"]) == (3, 2, "fail")
+    assert len(details["reasons"]) == 1 and details["reasons"][0].startswith("2 x ")
+    assert "quarantined 2 of 3 rows (66.7%)" in quarantine["message"]
+    # The stage committed its good row to staging; final waits for the operator.
+    assert not (ws.paths("o_quarantine").final / "_delta_log").exists()
+
+
+def test_a_task_past_its_execution_timeout_is_stopped_with_its_spark_work(
+    ops: tuple[OpsAirflow, Workspace, Path],
+) -> None:
+    env, ws, alerts = ops
+    ws.land(
+        "o_timeout",
+        "2024-01-01T00",
+        "a.csv",
+        [{"FLAG": "I", "ID": 1, "VALUE": 1, "TS": "2024-01-01 00:00:01"}],
+    )
+    env.airflow("dags", "test", "cdc_o_timeout", "2024-01-01T01:00:00+00:00", check=False)
+    (run,) = env.runs("cdc_o_timeout")
+    assert env.task_states("cdc_o_timeout", run["run_id"])["stage"] == "failed"
+    (failed,) = alerts_of(alerts, "o_timeout")
+    assert (failed["kind"], failed["task_id"]) == ("task_failed", "stage")
+    assert failed["message"].startswith("AirflowTaskTimeout")
+
+    # on_kill stopped the spark-submit (and its JVM): no process of this step is left.
+    def left() -> list[str]:
+        ps = subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True, check=True)
+        marks = ("cdc-o_timeout-stage", "stage.py o_timeout")
+        return [line for line in ps.stdout.splitlines() if any(m in line for m in marks)]
+
+    until = time.monotonic() + 15
+    while left() and time.monotonic() < until:
+        time.sleep(1)
+    assert left() == []
+    assert not (ws.paths("o_timeout").staging / "_delta_log").exists()
+
+
+def test_a_rest_run_without_logical_date_takes_the_latest_interval_feeds_the_asset_and_misses_its_deadline(
+    ops: tuple[OpsAirflow, Workspace, Path],
+) -> None:
+    env, ws, alerts = ops
+    ws.land(
+        "o_rest",
+        "2024-01-01T00",
+        "a.csv",
+        [
+            {"FLAG": "I", "ID": 1, "VALUE": 10, "TS": "2024-01-01 00:00:01"},
+            {"FLAG": "I", "ID": 2, "VALUE": 20, "TS": "2024-01-01 00:00:02"},
+        ],
+    )
+    # The next hour is not complete at run_after 01:30: the run must leave it alone.
+    ws.land(
+        "o_rest",
+        "2024-01-01T01",
+        "a.csv",
+        [
+            {"FLAG": "I", "ID": 3, "VALUE": 30, "TS": "2024-01-01 01:00:01"},
+        ],
+    )
+    env.start_services()
+    env.airflow("dags", "reserialize")
+    # Triggered while paused, then unpaused: it is queued before the hour the scheduler adds on
+    # unpausing, and runs first (max_active_runs=1).
+    run = env.trigger(
+        "cdc_o_rest",
+        "rest_no_logical_date",
+        {"logical_date": None, "run_after": "2024-01-01T01:30:00Z"},
+    )
+    env.api("PATCH", "/dags/ops_probe", {"is_paused": False})
+    env.api("PATCH", "/dags/cdc_o_rest", {"is_paused": False})
+    assert run["logical_date"] is None and run["data_interval_start"] is None
+    deadline = time.monotonic() + 1800
+    state = run["state"]
+    while state not in ("success", "failed") and time.monotonic() < deadline:
+        time.sleep(5)
+        state = env.api("GET", f"/dags/cdc_o_rest/dagRuns/{run['dag_run_id']}")["state"]
+    assert state == "success"
+    assert table_rows(ws.paths("o_rest").final, ["ID", "VALUE"]) == [(1, 10), (2, 20)]
+
+    # The asset event carried the run's interval and counts to the downstream DAG. (Unpausing
+    # also scheduled the latest hour, whose run feeds the asset too: look for ours.)
+    def probed() -> list[dict[str, Any]]:
+        out = env.probe_out or Path()
+        lines = out.read_text().splitlines() if out.exists() else []
+        events = [e for line in lines for e in json.loads(line)]
+        return [e for e in events if e["extra"]["data_interval_start"].startswith("2024-01-01")]
+
+    until = time.monotonic() + 300
+    while not probed() and time.monotonic() < until:
+        time.sleep(3)
+    (event,) = probed()
+    assert event["uri"] == "x-cdc://o_rest/final"
+    assert event["extra"]["data_interval_start"] == "2024-01-01T00:00:00+00:00"
+    assert event["extra"]["data_interval_end"] == "2024-01-01T01:00:00+00:00"
+    assert (event["extra"]["counts"]["changes"], event["extra"]["counts"]["rows_written"]) == (2, 2)
+
+    # freshness 5s: the run took longer, so the deadline alert went out (by the executor).
+    def ours() -> list[dict[str, Any]]:
+        return [a for a in alerts_of(alerts, "o_rest") if a["run_id"] == "rest_no_logical_date"]
+
+    until = time.monotonic() + 120
+    while not ours() and time.monotonic() < until:
+        time.sleep(2)
+    (missed,) = ours()
+    assert (missed["kind"], missed["run_id"]) == ("deadline_missed", "rest_no_logical_date")
+    assert "within 5s of being queued" in missed["message"]
