@@ -41,10 +41,14 @@ from spark_jobs.history import IS_CURRENT
 from spark_jobs.transforms import ARRIVAL
 
 CHECK_FILE = "_cdc_check.json"
-# Table name -> its path under TablePaths, in load order: a run commits final before history,
-# tombstones before final, staging before both, so loading in this order never sees a newer
-# final than the tables it is compared with... except history, compared both ways (see retry).
+# The tables of a table's folder (names of TablePaths properties), loaded in the order a run
+# commits them: staging, then tombstones, then final, then history. A commit landing between
+# two loads then only makes a later table newer: a change staged earlier looks applied, a delete
+# newer in final than in tombstones breaks nothing checked. History newer than final can look
+# like a breach: a breach seen while a version moved is checked again (MAX_ROUNDS).
 TABLES = ("ledger", "quarantine", "staging", "history_log", "tombstones", "final", "history")
+# The order versions are shown in (the check line, `_cdc_check.json`): the tables users read first.
+SHOWN = ("final", "staging", "tombstones", "history", "history_log", "quarantine", "ledger")
 MAX_ROUNDS = 3  # a breach seen while versions moved is checked again, this often in all
 
 
@@ -143,21 +147,92 @@ def _unique_keys(
     return breaches
 
 
-def _latest_per_key(frame: DataFrame, keys: Sequence[str], order: Sequence[str]) -> DataFrame:
-    """Per key, the greatest (sequence_by, arrival) of its rows, as the struct column `o`."""
-    return frame.groupBy(*keys).agg(F.max(_order("", order)).alias("o"))
-
-
-def _later_than(
-    left: DataFrame, right: DataFrame, keys: Sequence[str], how: str
-) -> tuple[int, Any]:
-    """Keys whose `o` in `left` is later than in `right` (or absent there, with how="left")."""
-    joined = left.alias("l").join(right.alias("r"), on=list(keys), how=how)
-    later = joined.filter(F.col("r.o").isNull() | (F.col("l.o") > F.col("r.o")))
-    row = later.agg(
-        F.count(F.lit(1)).alias("n"), F.min(F.struct(*[F.col(k) for k in keys])).alias("e")
-    ).collect()[0]  # metadata: one count and one example key
-    return int(row["n"]), row["e"]
+def _key_breaches(
+    spark: SparkSession,
+    table: TableConfig,
+    snapshots: dict[str, delta.Snapshot],
+    counts: dict[str, int],
+) -> list[str]:
+    """Final, tombstones and staging checked per key in one pass (one scan of each table's key,
+    sequence and arrival columns, one shuffle): every key once in final and in one partition,
+    no live key with a later delete, no staged change later than final and tombstones."""
+    keys, order = list(table.keys), [*table.sequence_by, *ARRIVAL]
+    column = table.partition_column
+    parts = []
+    for name in ("final", "tombstones", "staging"):
+        snapshot = snapshots.get(name)
+        if snapshot is None or not snapshot.files:
+            continue
+        partitioned = name == "final" and column is not None
+        rows = delta.read_snapshot(
+            spark, snapshot, columns=[*keys, *order, *([str(column)] if partitioned else [])]
+        )
+        partition = F.col(str(column)).cast("string") if partitioned else F.lit(None)
+        parts.append(
+            rows.select(
+                *keys,
+                _order("", order).alias("o"),
+                F.lit(name).alias("source"),
+                partition.cast("string").alias("p"),
+            )
+        )
+    if not parts:
+        counts["keys"] = 0
+        return []
+    rows = parts[0]
+    for part in parts[1:]:
+        rows = rows.unionByName(part)
+    source, o = F.col("source"), F.col("o")
+    per_key = rows.groupBy(*keys).agg(
+        F.sum(F.when(source == "final", 1).otherwise(0)).alias("n"),
+        F.min(F.when(source == "final", F.col("p"))).alias("p_min"),
+        F.max(F.when(source == "final", F.col("p"))).alias("p_max"),
+        F.max(F.when(source == "final", o)).alias("f"),
+        F.max(F.when(source == "tombstones", o)).alias("t"),
+        F.max(F.when(source == "staging", o)).alias("s"),
+    )
+    moved = F.coalesce(F.col("p_min") != F.col("p_max"), F.lit(False))
+    applied = F.greatest(F.col("f"), F.col("t"))
+    rules = {
+        "repeated": (F.col("n") > 1) & ~moved,
+        "moved": moved,
+        "deleted": (F.col("n") > 0) & F.coalesce(F.col("t") > F.col("f"), F.lit(False)),
+        "pending": F.col("s").isNotNull() & (applied.isNull() | (F.col("s") > applied)),
+    }
+    key = F.struct(*[F.col(k) for k in keys])
+    summary = per_key.agg(
+        F.sum(F.when(F.col("n") > 0, 1).otherwise(0)).alias("keys"),
+        *[F.sum(F.when(rule, 1).otherwise(0)).alias(name) for name, rule in rules.items()],
+        *[F.min(F.when(rule, key)).alias(f"{name}_e") for name, rule in rules.items()],
+    ).collect()[0]  # metadata: one row of counts and example keys
+    counts["keys"] = int(summary["keys"] or 0)
+    version = {n: snapshots[n].version if n in snapshots else -1 for n in ("final", "tombstones")}
+    breaches = []
+    found = {name: int(summary[name] or 0) for name in rules}
+    examples = {name: _example(summary[f"{name}_e"], keys) for name in rules if found[name]}
+    if found["repeated"]:
+        breaches.append(
+            f"duplicate keys in final: {_count(found['repeated'], 'key')}, e.g. "
+            f"{examples['repeated']} (version {version['final']})"
+        )
+    if found["moved"]:
+        breaches.append(
+            f"keys in two partitions of final: {_count(found['moved'], 'key')}, e.g. "
+            f"{examples['moved']} (version {version['final']})"
+        )
+    if found["deleted"]:
+        breaches.append(
+            "live keys in final with a later delete in tombstones: "
+            f"{_count(found['deleted'], 'key')}, e.g. {examples['deleted']} (final version "
+            f"{version['final']}, tombstones version {version['tombstones']})"
+        )
+    if found["pending"]:
+        breaches.append(
+            "staging has changes later than final and tombstones (not applied): "
+            f"{_count(found['pending'], 'key')}, e.g. {examples['pending']} (staging version "
+            f"{snapshots['staging'].version}); run overwrite-final for their interval"
+        )
+    return breaches
 
 
 def check_loaded(
@@ -174,15 +249,17 @@ def check_loaded(
         return breaches, counts  # reading a table with a missing file would only fail
     keys, order = list(table.keys), [*table.sequence_by, *ARRIVAL]
     final = snapshots.get("final")
-    if final is None or not final.files:
-        counts["keys"] = 0
-        final_rows = None
-    else:
-        columns = [*keys, *order, *([table.partition_column] if table.partition_column else [])]
-        final_rows = delta.read_snapshot(spark, final, columns=columns)
-        breaches += _unique_keys(table, final_rows, final.version, counts)
     staging = snapshots.get("staging")
+    final_rows = None
+    if final is not None and final.files:
+        final_rows = delta.read_snapshot(spark, final, columns=[*keys, *order])
     if table.insert_only:
+        if final_rows is None:
+            counts["keys"] = 0
+        else:
+            columns = [*keys, *order, *([table.partition_column] if table.partition_column else [])]
+            rows = delta.read_snapshot(spark, final, columns=columns)  # type: ignore[arg-type]
+            breaches += _unique_keys(table, rows, final.version, counts)  # type: ignore[union-attr]
         if staging is not None and staging.files:
             identity = [*keys, *table.sequence_by]
             staged = delta.read_snapshot(spark, staging, columns=identity)
@@ -198,40 +275,10 @@ def check_loaded(
                     f"{_example(pending['e'], identity)} (staging version {staging.version})"
                 )
         return breaches, counts
+    breaches += _key_breaches(spark, table, snapshots, counts)
     tombstones = snapshots.get("tombstones")
-    deleted = None
-    if tombstones is not None and tombstones.files:
-        deleted = _latest_per_key(
-            delta.read_snapshot(spark, tombstones, columns=[*keys, *order]), keys, order
-        )
+    if tombstones is not None:
         counts["tombstones"] = tombstones.num_records
-    live = _latest_per_key(final_rows, keys, order) if final_rows is not None else None
-    if live is not None and deleted is not None:
-        n, example = _later_than(deleted, live, keys, "inner")
-        if n:
-            breaches.append(
-                f"live keys in final with a later delete in tombstones: {_count(n, 'key')}, e.g. "
-                f"{_example(example, keys)} (final version {final.version}, "  # type: ignore[union-attr]
-                f"tombstones version {tombstones.version})"  # type: ignore[union-attr]
-            )
-    if staging is not None and staging.files:
-        staged = _latest_per_key(
-            delta.read_snapshot(spark, staging, columns=[*keys, *order]), keys, order
-        )
-        known = [frame for frame in (live, deleted) if frame is not None]
-        if known:
-            applied = known[0] if len(known) == 1 else known[0].unionByName(known[1])
-            applied = applied.groupBy(*keys).agg(F.max("o").alias("o"))
-            n, example = _later_than(staged, applied, keys, "left")
-        else:
-            n = staged.count()
-            example = staged.agg(F.min(F.struct(*keys))).collect()[0][0]  # metadata: one key
-        if n:
-            breaches.append(
-                f"staging has changes later than final and tombstones (not applied): {_count(n, 'key')}, "
-                f"e.g. {_example(example, keys)} (staging version {staging.version}); run "
-                "overwrite-final for their interval"
-            )
     history = snapshots.get("history")
     if table.history and history is not None and history.schema is not None:
         identity = [*keys, *order]
@@ -277,7 +324,7 @@ def check_table(spark: SparkSession, table: TableConfig, paths: TablePaths) -> C
     result = CheckResult(table.name)
     for _ in range(MAX_ROUNDS):
         snapshots = load_snapshots(paths)
-        result.versions = {name: s.version for name, s in snapshots.items()}
+        result.versions = {name: snapshots[name].version for name in SHOWN if name in snapshots}
         result.breaches, result.counts = check_loaded(spark, table, snapshots)
         if result.ok:
             break
@@ -347,7 +394,12 @@ def execute_check(config: Path | None, names: Sequence[str]) -> int:
         return 1
     for result in results:
         print(result.line(), flush=True)
-    counts: dict[str, Any] = {r.table: "ok" if r.ok else "breach" for r in results}
+    counts: dict[str, Any] = {
+        "tables": len(results),
+        "breached": sum(not r.ok for r in results),
+        "breaches": sum(len(r.breaches) for r in results),
+    }
+    # The Airflow task logs this; the breach lines themselves are in the task's stdout.
     write_summary(StepReport("check", ",".join(r.table for r in results), "", counts))
     return exit_code(results)
 
