@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import ctypes
+import ctypes.util
 import importlib.util
 import os
 import signal
@@ -77,6 +79,13 @@ def check_query(url: str) -> None:
             raise ConnectServerError(f"{url}: unexpected answer to SELECT 1: {rows}")
     finally:
         session.stop()
+
+
+def _die_with_parent() -> None:
+    """In the child before exec: Linux sends it SIGTERM when its parent dies (PR_SET_PDEATHSIG),
+    so a launcher or test run that is killed without cleaning up leaves no server behind."""
+    libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+    libc.prctl(1, signal.SIGTERM)  # 1 = PR_SET_PDEATHSIG
 
 
 def connect_address(url: str) -> tuple[str, int]:
@@ -223,6 +232,7 @@ def start(
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
             start_new_session=True,
+            preexec_fn=_die_with_parent if sys.platform == "linux" else None,
         )
     server = ConnectServer(port, process, log_path, master, host, settings)
     if wait:
