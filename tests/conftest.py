@@ -24,16 +24,18 @@ from tests.helpers import Workspace
 
 CLASSIC, CONNECT = "classic", "connect"
 # Representative modules run in both modes (together under 6 minutes more on 2 cores).
+# The property test and the CLI fault tests (each `cdc` process a Connect client, killed at each
+# point of a run) are among them.
 BOTH_MODES = {
     "tests/spark/test_stage.py",
     "tests/spark/test_formats.py",
     "tests/spark/test_delta_read.py",
     "tests/spark/test_maintenance_and_reference.py",
     "tests/spark/test_snapshots.py",
-    "tests/spark/test_history.py",
+    "tests/spark/test_property_differential.py",
+    "tests/cli/test_faults.py",
 }
-# Modules that run once, in Connect mode (their classic run is the same test under
-# CDC_TEST_SPARK_MODES=classic): the property test and the CLI fault tests.
+# Modules that run once, in Connect mode only (none at present).
 CONNECT_ONLY: set[str] = set()
 # Tests that read Spark's own job bookkeeping through `sparkContext` (the status tracker counts
 # the jobs of a job group): Connect has no sparkContext, and its tags do not reach the tracker.
