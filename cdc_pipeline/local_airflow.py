@@ -20,9 +20,29 @@ from pathlib import Path
 from typing import Any
 
 from cdc_pipeline.config import project_root
+from cdc_pipeline.connect_server import ConnectServer, connect_address
+from cdc_pipeline.connect_server import start as start_connect_server
 
 BIN = Path(sys.executable).parent
-LOCAL_SPARK = '{"conn_type": "spark", "host": "local[2]"}'
+LOCAL_SPARK = '{"conn_type": "spark", "host": "local[2]"}'  # spark-submit mode
+
+
+def connect_connection(port: int, host: str = "127.0.0.1") -> str:
+    """A `spark_connect` Airflow connection (JSON) to a Connect server on host:port."""
+    return json.dumps({"conn_type": "spark_connect", "host": host, "port": port})
+
+
+def spark_connection_from_environment() -> str | None:
+    """spark_default as the user's environment asks: `AIRFLOW_CONN_SPARK_DEFAULT` as it is, or
+    a spark_connect connection to `CDC_SPARK_REMOTE`; None: start a local Connect server."""
+    given = os.environ.get("AIRFLOW_CONN_SPARK_DEFAULT")
+    if given:
+        return given
+    remote = os.environ.get("CDC_SPARK_REMOTE")
+    if remote:
+        host, port = connect_address(remote)
+        return connect_connection(port, host)
+    return None
 
 
 def free_port() -> int:
@@ -48,10 +68,35 @@ class LocalAirflow:
     config: Path
     landing: Path
     warehouse: Path
-    spark_connection: str = LOCAL_SPARK
+    # spark_default: None (the default) is Spark Connect mode: this object starts a local Connect
+    # server (start_spark) and spark_default points at it; a JSON connection is used as it is.
+    spark_connection: str | None = None
     port: int = field(default_factory=free_port)
     log_dir: Path | None = None
     processes: list[subprocess.Popen[bytes]] = field(default_factory=list)
+    connect_port: int = field(default_factory=free_port)
+    connect_master: str = "local[2]"
+    connect_server: ConnectServer | None = None
+
+    @property
+    def spark_default(self) -> str:
+        """The spark_default connection: the given one, else the local Connect server's."""
+        return self.spark_connection or connect_connection(self.connect_port)
+
+    def start_spark(self) -> None:
+        """In Connect mode, start the local Spark Connect server (once) and wait until it answers."""
+        if self.spark_connection is not None or self.connect_server is not None:
+            return
+        logs = self.log_dir or self.home / "logs"
+        self.connect_server = start_connect_server(
+            self.connect_port, self.connect_master, log_path=logs / "spark-connect.log"
+        )
+
+    def stop_spark(self) -> None:
+        """Stop the local Connect server, if this object started one."""
+        server, self.connect_server = self.connect_server, None
+        if server is not None:
+            server.stop()
 
     @property
     def url(self) -> str:
@@ -86,7 +131,7 @@ class LocalAirflow:
             AIRFLOW__SCHEDULER__SCHEDULER_HEARTBEAT_SEC="2",
             AIRFLOW__DAG_PROCESSOR__REFRESH_INTERVAL="5",
             AIRFLOW__DAG_PROCESSOR__MIN_FILE_PROCESS_INTERVAL="5",
-            AIRFLOW_CONN_SPARK_DEFAULT=self.spark_connection,
+            AIRFLOW_CONN_SPARK_DEFAULT=self.spark_default,
             CDC_CONFIG=str(self.config),
             CDC_LANDING=str(self.landing),
             CDC_WAREHOUSE=str(self.warehouse),
@@ -145,7 +190,9 @@ class LocalAirflow:
         self.processes.append(process)
 
     def start_services(self) -> None:
-        """api-server (tasks report to its execution API), scheduler and dag-processor."""
+        """The Spark Connect server (Connect mode), api-server (tasks report to its execution
+        API), scheduler and dag-processor."""
+        self.start_spark()
         self.start("api-server", "--port", str(self.port))
         self.start("scheduler")
         self.start("dag-processor")
@@ -173,6 +220,7 @@ class LocalAirflow:
                 os.killpg(process.pid, signal.SIGKILL)
                 process.wait(timeout=10)
         self.processes.clear()
+        self.stop_spark()
 
     def runs(self, dag_id: str) -> list[dict[str, Any]]:
         return json_rows(self.airflow("dags", "list-runs", dag_id, "-o", "json").stdout)
@@ -219,13 +267,24 @@ def serve() -> int:
     signal.signal(signal.SIGTERM, interrupt)
     home = Path(os.environ.get("AIRFLOW_HOME") or project_root() / "airflow_home")
     local = LocalAirflow(
-        home, default_config_path(), landing_root(), warehouse_root(), port=args.port
+        home,
+        default_config_path(),
+        landing_root(),
+        warehouse_root(),
+        port=args.port,
+        spark_connection=spark_connection_from_environment(),
     )
     local.migrate()
     local.start_services()
     print(
         f"Airflow UI: {local.url}  (user admin, password {local.admin_password()}; in {local.passwords_file})"
     )
+    if local.connect_server is not None:
+        print(
+            f"Spark Connect server: {local.connect_server.url} (spark_default; log {local.connect_server.log_path})"
+        )
+    else:
+        print(f"spark_default: {local.spark_default}")
     print("Ctrl-C stops it.", flush=True)
     try:
         while all(p.poll() is None for p in local.processes):

@@ -132,21 +132,31 @@ def run_airflow_demo(
     configs: ConfigLoadResult, config_path: Path, start: datetime, hours: int, keys: int
 ) -> list[str]:
     """Through Airflow: generate, then a scheduler-run backfill of every sample table's DAG."""
-    from cdc_pipeline.local_airflow import LocalAirflow
+    from cdc_pipeline.local_airflow import LocalAirflow, spark_connection_from_environment
     from cdc_pipeline.paths import landing_root, warehouse_root
-    from spark_jobs.session import build_spark_session
+    from spark_jobs.session import build_connect_session, spark_remote
 
-    spark = build_spark_session("cdc-demo-data")
-    generate_demo_data(spark, configs, start, hours, keys)
-    spark.stop()
     with tempfile.TemporaryDirectory(prefix="cdc-demo-airflow-") as home:
         local = LocalAirflow(Path(home), config_path.resolve(), landing_root(), warehouse_root())
+        remote = spark_remote()
+        if remote:  # an existing Connect server (CDC_SPARK_REMOTE) instead of a local one
+            local.spark_connection = spark_connection_from_environment()
         print(
             f"demo: starting Airflow (scheduler, dag-processor, api-server on {local.url})",
             flush=True,
         )
         local.migrate()
         try:
+            # One Spark for the whole demo: the Connect server generates the data and then
+            # serves every task; this process holds no JVM of its own.
+            local.start_spark()
+            url = remote or local.connect_server.url  # type: ignore[union-attr]
+            print(f"demo: Spark Connect server {url}; generating the change sets", flush=True)
+            spark = build_connect_session(url, "cdc-demo-data")
+            try:
+                generate_demo_data(spark, configs, start, hours, keys)
+            finally:
+                spark.stop()
             local.start_services()
             local.airflow("dags", "reserialize")
             last = start + timedelta(hours=hours - 1)

@@ -1,4 +1,9 @@
-"""Airflow for real: dags test, a scheduler-run overlapping backfill, a REST-triggered run, a Spark cluster."""
+"""Airflow for real: dags test, a scheduler-run overlapping backfill, a REST-triggered run, a Spark cluster.
+
+The launcher's default is Spark Connect mode (spark_default is a `spark_connect` connection to
+its local server): dags test, the backfill and the REST run use it; the cluster test uses a
+`spark` connection, i.e. spark-submit.
+"""
 
 from __future__ import annotations
 
@@ -15,6 +20,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from cdc_pipeline.local_airflow import connect_connection
 from tests.e2e.airflow_env import BIN, AirflowEnv, free_port
 from tests.helpers import Workspace, table_rows
 
@@ -61,6 +67,7 @@ def airflow(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[AirflowE
     env = AirflowEnv(root / "airflow_home", ws.config_path, ws.landing, ws.warehouse, log_dir=root)
     env.migrate()
     try:
+        env.start_spark()  # the local Spark Connect server (also for `dags test`)
         yield env, ws
     finally:
         env.stop()
@@ -70,7 +77,13 @@ def test_dags_test_runs_one_interval(airflow: tuple[AirflowEnv, Workspace]) -> N
     env, ws = airflow
     expected = land_hours(ws, "t_dagtest", 1)
     # A manual run at X covers the interval that ends at X: here [00:00, 01:00).
-    env.airflow("dags", "test", "cdc_t_dagtest", "2024-01-01T01:00:00+00:00")
+    started = time.monotonic()
+    result = env.airflow("dags", "test", "cdc_t_dagtest", "2024-01-01T01:00:00+00:00")
+    print(f"\ndags test of one hour in Connect mode: {time.monotonic() - started:.1f} s")
+    output = result.stdout + result.stderr
+    # The steps ran in the task process as Connect clients: no spark-submit, the summary logged.
+    assert "Spark-Submit cmd" not in output
+    assert "CDC summary: stage t_dagtest [2024-01-01T00:00:00Z, 2024-01-01T01:00:00Z): " in output
     assert table_rows(ws.paths("t_dagtest").final, ["ID", "VALUE"]) == expected
     (run,) = env.runs("cdc_t_dagtest")
     assert env.task_states("cdc_t_dagtest", run["run_id"]) == {
@@ -80,6 +93,32 @@ def test_dags_test_runs_one_interval(airflow: tuple[AirflowEnv, Workspace]) -> N
         "optimize": "success",
         "vacuum": "skipped",
     }
+
+
+def test_an_interval_without_change_files_is_a_noop_without_spark(
+    airflow: tuple[AirflowEnv, Workspace],
+) -> None:
+    env, ws = airflow
+    land_hours(ws, "t_dagtest", 1)  # hour 00 only: [05:00, 06:00) has nothing
+    # spark_default points at a port nobody listens on: any Spark use would fail the task.
+    no_spark = AirflowEnv(
+        env.home,
+        env.config,
+        env.landing,
+        env.warehouse,
+        spark_connection=connect_connection(free_port()),
+        port=env.port,
+    )
+    result = no_spark.airflow("dags", "test", "cdc_t_dagtest", "2024-01-01T06:00:00+00:00")
+    output = result.stdout + result.stderr
+    window = "[2024-01-01T05:00:00Z, 2024-01-01T06:00:00Z)"
+    assert f"CDC summary: stage t_dagtest {window}: noop=true files=0" in output
+    assert f"CDC summary: overwrite-final t_dagtest {window}: noop=true files=0" in output
+    run = next(
+        r for r in no_spark.runs("cdc_t_dagtest") if r["logical_date"].startswith("2024-01-01T06")
+    )
+    states = no_spark.task_states("cdc_t_dagtest", run["run_id"])
+    assert (states["stage"], states["overwrite_final"]) == ("success", "success")
 
 
 def test_scheduler_runs_an_overlapping_backfill_and_a_rest_triggered_run(
