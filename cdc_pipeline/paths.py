@@ -76,5 +76,5 @@ class TablePaths:
 
     @property
     def ledger(self) -> Path:
-        """One row per staged landing file, so re-staging adds nothing."""
+        """One row per staged landing file version (size, mtime, sha256): re-staging adds nothing."""
         return self.table_root / "ledger"

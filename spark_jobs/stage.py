@@ -22,6 +22,7 @@ from cdc_pipeline.intervals import Interval
 from cdc_pipeline.schema import plan_schema
 from spark_jobs import delta, landing, snapshots
 from spark_jobs.common import StepArgs, StepContext, StepReport, run_step
+from spark_jobs.csv_format import read_csv_changes
 from spark_jobs.formats import ChangeRead, read_json_changes
 from spark_jobs.landing import LandingFile, ParquetPlan, Refusal
 from spark_jobs.transforms import (
@@ -71,13 +72,6 @@ def _with_arrival(df: DataFrame, row_position: str) -> DataFrame:
     )
 
 
-def _csv_header(path: Path) -> tuple[str, ...]:
-    """Column names from a CSV file's first line (metadata read on the driver)."""
-    with path.open("r", encoding="utf-8", errors="replace") as handle:
-        first = handle.readline().strip().lstrip("\ufeff")
-    return tuple(name.strip().strip('"') for name in first.split(",")) if first else ()
-
-
 def read_landing(
     spark: SparkSession,
     table: TableConfig,
@@ -92,29 +86,10 @@ def read_landing(
         return read_json_changes(spark, table, lines)
     if table.file_format == "parquet":
         return _read_parquet(spark, table, files, parquet)
-    # CSV: group the files by header so each file's columns are matched by name, not position.
-    groups: dict[tuple[str, ...], list[str]] = {}
-    for landing_file in files:
-        groups.setdefault(_csv_header(landing_file.path), []).append(str(landing_file.path))
-    frames = []
-    for header, group in groups.items():
-        if not header:
-            continue
-        schema = StructType([StructField(c, StringType(), True) for c in header])
-        frame = (
-            spark.read.schema(schema)
-            .option("header", "true")
-            .option("enforceSchema", "true")
-            .csv(group)
-        )
-        frames.append(_with_arrival(frame, "scan"))
-    if not frames:
-        raise InputError(f"table {table.name}: the CSV files of the interval have no header line")
-    result = frames[0]
-    for frame in frames[1:]:
-        result = result.unionByName(frame, allowMissingColumns=True)
-    found = {c: "string" for c in result.columns if c not in {table.flag_source, *ARRIVAL}}
-    return _flat_read(table, result, found)
+    # CSV: each line parsed against its file's header (spark_jobs/csv_format.py).
+    return read_csv_changes(
+        spark, table, [f.path for f in files], lambda df: _with_arrival(df, "scan")
+    )
 
 
 def _read_parquet(

@@ -25,9 +25,11 @@ def test_validate_prints_one_line_per_problem_and_fails(workspace: Workspace) ->
         "  - {name: bad, file_format: csv, keys: [ID], sequence_by: [TS], colums: {ID: int}}\n"
     )
     result = cdc(workspace, "validate")
-    assert result.returncode == 1
+    assert result.returncode == 2  # a bad config, as the README says
     assert result.stdout.splitlines() == [
-        "table bad: colums: unknown field (misspelt?)",
+        f"{workspace.config_path}:3: table bad: colums: unknown field; did you mean `columns`?",
+        f"{workspace.config_path}:3: table bad: columns: required for file_format csv (CSV "
+        "values carry no types)",
     ]
     workspace.config_path.write_text(
         "tables:\n  - {name: ok, file_format: parquet, keys: [ID], sequence_by: [TS]}\n"
