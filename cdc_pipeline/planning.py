@@ -3,41 +3,23 @@
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 
-from croniter import croniter
-
 from cdc_pipeline.config import TableConfig
+from cdc_pipeline.durations import parse_duration
 
-PRESETS = {
-    "@hourly": "0 * * * *",
-    "@daily": "0 0 * * *",
-    "@midnight": "0 0 * * *",
-    "@weekly": "0 0 * * 0",
-    "@monthly": "0 0 1 * *",
-    "@yearly": "0 0 1 1 *",
-    "@annually": "0 0 1 1 *",
-}
+# One preset table and one cron check for validation, DAGs and cadences (re-exported here).
+from cdc_pipeline.schedules import PRESETS, cron_of, is_due  # noqa: F401
+
+# `cdc_interval` (a macro of each CDC DAG, cdc_pipeline.manual_runs.run_interval) is the run's
+# data interval, or for a run triggered without a logical date the latest complete interval.
 INTERVAL_ARGS = (
     "--start",
-    "{{ data_interval_start.isoformat() }}",
+    "{{ cdc_interval(dag_run).start.isoformat() }}",
     "--end",
-    "{{ data_interval_end.isoformat() }}",
+    "{{ cdc_interval(dag_run).end.isoformat() }}",
 )
-
-
-def cron_of(schedule: str) -> str:
-    """A preset as its cron expression; a cron expression unchanged."""
-    return PRESETS.get(schedule.strip(), schedule.strip())
-
-
-def is_due(schedule: str | None, start: datetime, end: datetime) -> bool:
-    """True when the cadence `schedule` fires at some time in [start, end)."""
-    if schedule is None:
-        return False
-    first = croniter(cron_of(schedule), start - timedelta(microseconds=1)).get_next(datetime)
-    return bool(start <= first < end)
 
 
 @dataclass(frozen=True)
@@ -49,6 +31,10 @@ class TaskPlan:
     arguments: tuple[str, ...]
     maintenance_schedule: str | None = None
     is_maintenance: bool = False
+    execution_timeout: timedelta | None = None
+    retries: int | None = None
+    pool: str | None = None  # the table's pool: a rewrite or maintenance of the table
+    outlets: tuple[str, ...] = ()  # asset URIs this task updates
 
 
 @dataclass(frozen=True)
@@ -66,10 +52,29 @@ class DagPlan:
     conn_id: str
     description: str = ""
     params: dict[str, bool] = field(default_factory=lambda: {"force_maintenance": False})
+    dagrun_timeout: timedelta | None = None
+    freshness: timedelta | None = None  # deadline after a run is queued; None: no deadline
+    notify: tuple[str, ...] = ()
+    max_quarantine_fraction: float | None = None
+    quarantine_action: str = "warn"
+    asset_uri: str = ""
+
+
+# The pool `cdc_<name>` (1 slot) serializes the tasks that rewrite a table's files, so maintenance
+# never runs beside another run's rewrite (and two rewrites, which would conflict at commit and
+# recompute, take turns). `stage` only appends and stays out: overlapping runs stage in parallel.
+POOLED_TASKS = frozenset({"overwrite_final", "reset_staging", "optimize", "vacuum"})
+ASSET_URI = "x-cdc://{table}/final"  # x-: a scheme of our own, left as it is by Airflow
+
+
+def table_asset_uri(table: str) -> str:
+    """The Airflow asset URI of a table's final table (`x-cdc://orders/final`)."""
+    return ASSET_URI.format(table=table)
 
 
 def plan_table_dag(table: TableConfig) -> DagPlan:
-    """stage -> overwrite_final -> reset_staging -> optimize -> vacuum, maintenance by cadence."""
+    """stage -> overwrite_final -> reset_staging -> optimize -> vacuum -> check, maintenance by
+    cadence."""
     tasks = (
         TaskPlan("stage", "stage", (table.name, *INTERVAL_ARGS)),
         TaskPlan("overwrite_final", "overwrite_final", (table.name, *INTERVAL_ARGS)),
@@ -78,6 +83,8 @@ def plan_table_dag(table: TableConfig) -> DagPlan:
         ),
         TaskPlan("optimize", "optimize", (table.name,), table.optimize_schedule, True),
         TaskPlan("vacuum", "vacuum", (table.name,), table.vacuum_schedule, True),
+        # Last, so it verifies what the run and its maintenance left; it fails on a breach.
+        TaskPlan("check", "check", (table.name,), table.check_schedule, True),
     )
     # Maintenance runs one after another: each rewrites files the next one reads.
     edges = (
@@ -85,6 +92,7 @@ def plan_table_dag(table: TableConfig) -> DagPlan:
         ("overwrite_final", "reset_staging"),
         ("reset_staging", "optimize"),
         ("optimize", "vacuum"),
+        ("vacuum", "check"),
     )
     kind = "insert-only" if table.insert_only else "upsert"
     row = json.dumps(
@@ -97,15 +105,33 @@ def plan_table_dag(table: TableConfig) -> DagPlan:
         "triggered with `force_maintenance`), and are skipped otherwise.\n\n"
         f"Config row:\n\n```json\n{row}\n```\n"
     )
+    asset_uri = table_asset_uri(table.name)
+    timeout = parse_duration(table.execution_timeout)
+    with_operations = tuple(
+        replace(
+            task,
+            execution_timeout=timeout,
+            retries=table.retries,
+            pool=table.dag_id if task.task_id in POOLED_TASKS else None,
+            outlets=(asset_uri,) if task.task_id == "overwrite_final" else (),
+        )
+        for task in tasks
+    )
     return DagPlan(
         dag_id=table.dag_id,
         table=table.name,
         schedule=table.schedule,
         start_date=datetime.combine(table.start_date, datetime.min.time(), tzinfo=UTC),
-        tasks=tasks,
+        tasks=with_operations,
         edges=edges,
         tags=("cdc", table.file_format, kind),
         doc_md=doc,
         conn_id=table.spark_conn_id,
         description=table.description or f"CDC of {table.name} into Delta Lake",
+        dagrun_timeout=parse_duration(table.dagrun_timeout),
+        freshness=parse_duration(table.freshness) if table.freshness else None,
+        notify=tuple(table.notify),
+        max_quarantine_fraction=table.max_quarantine_fraction,
+        quarantine_action=table.quarantine_action,
+        asset_uri=asset_uri,
     )

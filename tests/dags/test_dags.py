@@ -45,24 +45,27 @@ def test_planned_dag_is_plain_data() -> None:
         "reset_staging",
         "optimize",
         "vacuum",
+        "check",
     ]
     assert plan.edges == (
         ("stage", "overwrite_final"),
         ("overwrite_final", "reset_staging"),
         ("reset_staging", "optimize"),
         ("optimize", "vacuum"),
+        ("vacuum", "check"),
     )
     assert plan.tasks[0].arguments == (
         "orders",
         "--start",
-        "{{ data_interval_start.isoformat() }}",
+        "{{ cdc_interval(dag_run).start.isoformat() }}",
         "--end",
-        "{{ data_interval_end.isoformat() }}",
+        "{{ cdc_interval(dag_run).end.isoformat() }}",
     )
     assert [t.maintenance_schedule for t in plan.tasks if t.is_maintenance] == [
         "@weekly",
         "@daily",
         "@weekly",
+        "@daily",
     ]
     assert plan.tags == ("cdc", "parquet", "upsert")
     assert '"partition_column": "CREATE_DATE_YEAR"' in plan.doc_md
@@ -94,6 +97,7 @@ def test_sample_config_loads_one_dag_per_row(monkeypatch: pytest.MonkeyPatch) ->
     ]
     dag = bag.dags["cdc_orders"]
     assert sorted(t.task_id for t in dag.tasks) == [
+        "check",
         "optimize",
         "overwrite_final",
         "reset_staging",
