@@ -13,6 +13,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.request
 from dataclasses import dataclass, field
@@ -45,6 +46,54 @@ def spark_connection_from_environment() -> str | None:
     return None
 
 
+# Airflow's api-server listens on every interface by default; a laptop on a shared network
+# would expose the UI (and its admin password prompt). Loopback unless CDC_AIRFLOW_HOST says.
+DEFAULT_HOST = "127.0.0.1"
+WILDCARD_HOSTS = ("0.0.0.0", "::", "")
+
+
+def default_host() -> str:
+    """The api-server's bind address: CDC_AIRFLOW_HOST, else the loopback interface."""
+    return os.environ.get("CDC_AIRFLOW_HOST") or DEFAULT_HOST
+
+
+def write_private(path: Path, text: str) -> None:
+    """Write a secret file readable by its owner only (0600), atomically.
+
+    The file is created 0600 before any byte is written (never briefly world-readable, whatever
+    the umask) and renamed into place, so a reader sees the old file or the whole new one.
+    """
+    fd, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")  # mode 0600
+    try:
+        with os.fdopen(fd, "w") as stream:
+            stream.write(text)
+        os.replace(temporary, path)
+    except BaseException:
+        Path(temporary).unlink(missing_ok=True)
+        raise
+
+
+def pool_name(table_name: str) -> str:
+    """The Airflow pool of a table's tasks: one slot, so its Spark steps never run side by side."""
+    return f"cdc_{table_name}"
+
+
+def table_pools(config: Path | None = None) -> dict[str, dict[str, Any]]:
+    """One pool per valid config row (`cdc_<name>`, 1 slot), as `airflow pools import` reads them.
+
+    Also `python -m cdc_pipeline.local_airflow --print-pools` (the compose init service).
+    """
+    from cdc_pipeline.config import load_table_configs
+
+    return {
+        pool_name(name): {
+            "slots": 1,
+            "description": f"CDC table {name}: one Spark step of the table at a time",
+        }
+        for name in sorted(load_table_configs(config).tables)
+    }
+
+
 def free_port() -> int:
     """A free TCP port on the loopback interface."""
     with socket.socket() as sock:
@@ -73,6 +122,7 @@ class LocalAirflow:
     spark_connection: str | None = None
     port: int = field(default_factory=free_port)
     log_dir: Path | None = None
+    host: str = field(default_factory=default_host)
     processes: list[subprocess.Popen[bytes]] = field(default_factory=list)
     connect_port: int = field(default_factory=free_port)
     connect_master: str = "local[2]"
@@ -100,7 +150,9 @@ class LocalAirflow:
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
+        """Where clients reach the api-server (loopback when it listens on every interface)."""
+        host = DEFAULT_HOST if self.host in WILDCARD_HOSTS else self.host
+        return f"http://{f'[{host}]' if ':' in host else host}:{self.port}"
 
     @property
     def passwords_file(self) -> Path:
@@ -123,6 +175,7 @@ class LocalAirflow:
             AIRFLOW__CORE__EXECUTOR="LocalExecutor",
             AIRFLOW__CORE__PARALLELISM="2",  # 2 cores: more task processes only contend
             AIRFLOW__CORE__EXECUTION_API_SERVER_URL=f"{self.url}/execution/",
+            AIRFLOW__API__HOST=self.host,
             AIRFLOW__API__PORT=str(self.port),
             AIRFLOW__API__BASE_URL=self.url,
             AIRFLOW__API__WORKERS="1",
@@ -169,19 +222,44 @@ class LocalAirflow:
         return result
 
     def migrate(self) -> None:
-        """Create or upgrade the metadata DB; the admin password is generated once."""
+        """Create or upgrade the metadata DB and the tables' pools; the admin password is generated once.
+
+        The home holds the password file, the SQLite DB (connections) and the generated
+        airflow.cfg (secret keys): it is the owner's only (0700), the password file 0600.
+        """
         self.home.mkdir(parents=True, exist_ok=True)
+        self.home.chmod(0o700)
         if not self.passwords_file.exists():
-            self.passwords_file.write_text(json.dumps({"admin": secrets.token_urlsafe(12)}))
+            write_private(self.passwords_file, json.dumps({"admin": secrets.token_urlsafe(12)}))
+        self.passwords_file.chmod(0o600)  # a file left by an older version may be 0644
         self.airflow("db", "migrate")
+        self.create_pools()
+
+    def create_pools(self) -> None:
+        """Create or update the tables' pools in one `airflow pools import` (one process)."""
+        pools = table_pools(self.config)
+        if not pools:
+            return
+        pools_file = self.home / "cdc_pools.json"
+        pools_file.write_text(json.dumps(pools, indent=1))
+        self.airflow("pools", "import", str(pools_file))
+
+    def api_server_command(self) -> list[str]:
+        """The api-server's command line: bound to `host` (Airflow's default is every interface)."""
+        return [str(BIN / "airflow"), "api-server", "--host", self.host, "--port", str(self.port)]
 
     def start(self, *component: str) -> None:
         """Start a component (api-server, scheduler, dag-processor) in its own process group."""
         logs = self.log_dir or self.home / "logs"
         logs.mkdir(parents=True, exist_ok=True)
         log = (logs / f"{component[0]}.log").open("ab")
+        command = (
+            self.api_server_command()
+            if component == ("api-server",)
+            else [str(BIN / "airflow"), *component]
+        )
         process = subprocess.Popen(
-            [str(BIN / "airflow"), *component],
+            command,
             env=self.environment(),
             stdout=log,
             stderr=subprocess.STDOUT,
@@ -193,7 +271,7 @@ class LocalAirflow:
         """The Spark Connect server (Connect mode), api-server (tasks report to its execution
         API), scheduler and dag-processor."""
         self.start_spark()
-        self.start("api-server", "--port", str(self.port))
+        self.start("api-server")
         self.start("scheduler")
         self.start("dag-processor")
         self.wait_for_api()
@@ -255,7 +333,21 @@ def serve() -> int:
     """`make airflow`: the full local Airflow (UI) on the repo's config until Ctrl-C."""
     parser = argparse.ArgumentParser(prog="make airflow")
     parser.add_argument("--port", type=int, default=int(os.environ.get("CDC_AIRFLOW_PORT", "8080")))
+    parser.add_argument(
+        "--host",
+        default=default_host(),
+        help="address the api-server binds (default CDC_AIRFLOW_HOST or 127.0.0.1; "
+        "0.0.0.0 exposes it to the network)",
+    )
+    parser.add_argument(
+        "--print-pools",
+        action="store_true",
+        help="print the tables' pools as `airflow pools import` JSON and exit",
+    )
     args = parser.parse_args()
+    if args.print_pools:
+        print(json.dumps(table_pools(), indent=1))
+        return 0
     from cdc_pipeline.config import default_config_path
     from cdc_pipeline.paths import landing_root, warehouse_root
 
@@ -272,6 +364,7 @@ def serve() -> int:
         landing_root(),
         warehouse_root(),
         port=args.port,
+        host=args.host,
         spark_connection=spark_connection_from_environment(),
     )
     local.migrate()

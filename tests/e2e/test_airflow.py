@@ -92,6 +92,7 @@ def test_dags_test_runs_one_interval(airflow: tuple[AirflowEnv, Workspace]) -> N
         "reset_staging": "skipped",
         "optimize": "success",
         "vacuum": "skipped",
+        "check": "success",
     }
 
 
@@ -287,6 +288,7 @@ def test_cdc_tables_view_needs_login_and_shows_each_table(
 ) -> None:
     import urllib.error
     import urllib.request
+    from datetime import UTC
 
     from selenium import webdriver
     from selenium.webdriver.chrome.service import Service
@@ -299,12 +301,30 @@ def test_cdc_tables_view_needs_login_and_shows_each_table(
         env.start_services()
     artifacts = Path(__file__).resolve().parents[2] / "test-artifacts"
     artifacts.mkdir(exist_ok=True)
+    # Let the scheduler's own run of the latest hour finish, so the view and this test see the
+    # same finished runs.
+    deadline = time.monotonic() + 600
+    while True:
+        runs = env.api("GET", "/dags/cdc_t_backfill/dagRuns?limit=100")["dag_runs"]
+        if all(r["state"] in ("success", "failed") for r in runs) or time.monotonic() > deadline:
+            break
+        time.sleep(5)
+    finished = [r for r in runs if r["state"] in ("success", "failed")]
+    newest = max(
+        (r for r in finished if r["state"] == "success"),
+        key=lambda r: datetime.fromisoformat(r["data_interval_end"]),
+    )
     # Not logged in: the JSON is refused and the page sends to Airflow's login.
     with pytest.raises(urllib.error.HTTPError) as refused:
         urllib.request.urlopen(f"{env.url}/cdc-tables/api/tables", timeout=30)
     assert refused.value.code == 401
     with urllib.request.urlopen(f"{env.url}/cdc-tables/", timeout=30) as response:
         assert "/auth/login" in response.url
+    # The plugin app publishes no API description (it is served outside Airflow's auth).
+    for path in ("docs", "redoc", "openapi.json"):
+        with pytest.raises(urllib.error.HTTPError) as missing:
+            urllib.request.urlopen(f"{env.url}/cdc-tables/{path}", timeout=30)
+        assert missing.value.code == 404, path
 
     options = webdriver.ChromeOptions()
     options.binary_location = "/usr/bin/chromium"
@@ -317,7 +337,7 @@ def test_cdc_tables_view_needs_login_and_shows_each_table(
         "--disable-background-networking",
         "--disable-component-update",
         "--disable-sync",
-        "--window-size=1400,900",
+        "--window-size=1600,900",
         f"--user-data-dir={tmp_path / 'chromium'}",
     ):
         options.add_argument(flag)
@@ -329,30 +349,69 @@ def test_cdc_tables_view_needs_login_and_shows_each_table(
         driver.find_element(By.NAME, "password").send_keys(env.admin_password())
         driver.find_element(By.CSS_SELECTOR, "button[type=submit]").click()
         wait.until(ec.presence_of_element_located((By.ID, "table-t_backfill")))
-        cells = [c.text for c in driver.find_elements(By.CSS_SELECTOR, "#table-t_backfill td")]
+        shown_at = datetime.now(UTC)
+        cells = driver.find_elements(By.CSS_SELECTOR, "#table-t_backfill td")
+        texts = [c.text for c in cells]
         driver.save_screenshot(str(artifacts / "cdc_tables_view.png"))
         final = ws.paths("t_backfill").final
         from deltalake import DeltaTable
 
-        assert cells[0] == "t_backfill"
+        assert texts[0].splitlines()[0] == "t_backfill"
         # The newest successful run: after unpausing, the scheduler also ran the latest hour.
-        newest = max(
-            datetime.fromisoformat(r["logical_date"])
-            for r in env.runs("cdc_t_backfill")
-            if r["state"] == "success"
-        )
-        assert cells[1].startswith(f"[{newest:%Y-%m-%d %H:%M}, ")
-        assert cells[2] == str(DeltaTable(str(final)).version())
-        assert cells[3] == str(len(table_rows(final, ["ID"])))
-        assert cells[5] == "0"
-        link = driver.find_element(By.CSS_SELECTOR, "#table-t_backfill a").get_attribute("href")
-        assert link == f"{env.url}/dags/cdc_t_backfill"
+        start = datetime.fromisoformat(newest["data_interval_start"])
+        end = datetime.fromisoformat(newest["data_interval_end"])
+        # Hours behind = now - the newest successful interval's end (no freshness set: not red).
+        hours = float(cells[1].get_attribute("data-hours") or "nan")
+        assert abs(hours - (shown_at - end).total_seconds() / 3600) < 0.05
+        assert "h behind" in texts[1] and "late" not in (cells[1].get_attribute("class") or "")
+        assert texts[2].startswith(f"[{start:%Y-%m-%d %H:%M}, {end:%Y-%m-%d %H:%M})")
+        # The last run's counts are its steps' XCom (asked here through the REST API).
+        counts = {}
+        for task in ("overwrite_final", "stage"):  # stage's `files` wins, as in the view
+            entry = env.api(
+                "GET",
+                f"/dags/cdc_t_backfill/dagRuns/{newest['dag_run_id']}/taskInstances/{task}"
+                "/xcomEntries/return_value",
+            )
+            value = (
+                json.loads(entry["value"]) if isinstance(entry["value"], str) else entry["value"]
+            )
+            counts.update(value["counts"])
+        labels = {
+            "files": "files",
+            "rows_read": "read",
+            "staged": "staged",
+            "rows_written": "written",
+        }
+        shown = [f"{label} {counts[key]}" for key, label in labels.items() if key in counts]
+        print(f"\nnewest run {newest['dag_run_id']}: counts {counts}; cell {texts[3]!r}")
+        assert shown and all(part in texts[3] for part in shown), (shown, texts[3])
+        # Sparklines of the finished runs (inline SVG), quarantine growth, the final table.
+        for column in ("spark-rows", "spark-seconds", "quarantine"):
+            title = driver.find_element(
+                By.CSS_SELECTOR, f"#table-t_backfill td.{column} svg title"
+            ).get_attribute("textContent")
+            assert title is not None and title.endswith(f" over {len(finished)} runs"), column
+        assert f"+0 over {len(finished)} runs" in texts[6]
+        assert texts[7].startswith(f"{len(table_rows(final, ['ID']))} rows")
+        assert f"v{DeltaTable(str(final)).version()}," in texts[7]
+        check_file = ws.paths("t_backfill").table_root / "_cdc_check.json"
+        if check_file.exists():  # the DAG's check task writes it
+            check = json.loads(check_file.read_text())
+            assert texts[8].startswith("ok" if check["ok"] else f"breach: {check['breaches'][0]}")
+        else:
+            assert texts[8] == "not checked"
+        # Links are relative to the page (so a sub-path deployment works) and lead to the DAG.
+        link = driver.find_element(By.CSS_SELECTOR, "#table-t_backfill a")
+        assert link.get_dom_attribute("href") == "../dags/cdc_t_backfill"
+        assert link.get_attribute("href") == f"{env.url}/dags/cdc_t_backfill"
         assert {
             r.get_attribute("id") for r in driver.find_elements(By.CSS_SELECTOR, "tbody tr")
         } == {f"table-{t}" for t in TABLES}
-        # The DAG's grid in the Airflow UI, logged in with the same session.
-        driver.get(f"{env.url}/dags/cdc_t_backfill")
+        # The DAG's grid in the Airflow UI, reached through the view's link.
+        link.click()
         wait.until(lambda d: "cdc_t_backfill" in d.find_element(By.TAG_NAME, "body").text)
+        assert driver.current_url == f"{env.url}/dags/cdc_t_backfill"
         time.sleep(3)  # let the grid render for the screenshot
         driver.save_screenshot(str(artifacts / "dag_grid.png"))
         # The view is in the UI's navigation as a plugin page.
@@ -361,3 +420,57 @@ def test_cdc_tables_view_needs_login_and_shows_each_table(
         driver.save_screenshot(str(artifacts / "cdc_tables_in_airflow_ui.png"))
     finally:
         driver.quit()
+
+
+IPV4_MAPPED = "0000000000000000FFFF0000"  # ::ffff:a.b.c.d as /proc/net/tcp6 writes it
+
+
+def listening_addresses(port: int) -> set[str]:
+    """Local addresses of the sockets listening on `port` (/proc/net/tcp and tcp6), as hex.
+
+    An IPv4-mapped IPv6 listener (a JVM bound to 127.0.0.1 listens as ::ffff:127.0.0.1) is
+    given as its IPv4 address.
+    """
+    found = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        for line in Path(table).read_text().splitlines()[1:]:
+            local, state = line.split()[1], line.split()[3]
+            address, hex_port = local.split(":")
+            if state == "0A" and int(hex_port, 16) == port:  # 0A: LISTEN
+                found.add(address.removeprefix(IPV4_MAPPED))
+    return found
+
+
+def local_ipv4_addresses() -> set[str]:
+    """This machine's own IPv4 addresses (the kernel's LOCAL routes in /proc/net/fib_trie)."""
+    lines = Path("/proc/net/fib_trie").read_text().splitlines()
+    return {
+        previous.split()[-1]
+        for previous, line in itertools.pairwise(lines)
+        if line.strip() == "/32 host LOCAL"
+    }
+
+
+def test_the_local_api_server_listens_on_loopback_only_and_the_pools_exist(
+    airflow: tuple[AirflowEnv, Workspace],
+) -> None:
+    import socket
+
+    from cdc_pipeline.local_airflow import json_rows
+
+    env, _ = airflow
+    if not env.processes:
+        env.start_services()
+    # 127.0.0.1 as /proc/net/tcp writes it (little-endian hex); nothing on 0.0.0.0 or ::.
+    assert listening_addresses(env.port) == {"0100007F"}
+    assert listening_addresses(env.connect_port) == {"0100007F"}  # the Spark Connect server
+    others = {a for a in local_ipv4_addresses() if not a.startswith("127.")}
+    for address in others:  # this machine's other addresses refuse the port
+        with pytest.raises(OSError), socket.create_connection((address, env.port), timeout=5):
+            pass
+    print(
+        f"\napi-server on 127.0.0.1:{env.port}; refused on {sorted(others) or 'no other address'}"
+    )
+    pools = {p["pool"]: p for p in json_rows(env.airflow("pools", "list", "-o", "json").stdout)}
+    assert {f"cdc_{t}" for t in TABLES} <= set(pools)
+    assert {pools[f"cdc_{t}"]["slots"] for t in TABLES} == {"1"}
