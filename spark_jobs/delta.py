@@ -245,14 +245,17 @@ def local_frame(
     """A small driver-side table (metadata such as file names and partition values) as a
     Spark local relation: joins broadcast it straight from the driver, with no Spark job.
     `rows`: tuples in the order of `schema`, or an Arrow table with its columns."""
+    nullable = StructType([StructField(f.name, f.dataType, True) for f in schema.fields])
     if isinstance(rows, pa.Table):
         table = rows.select(schema.names)
     else:
-        nullable = StructType([StructField(f.name, f.dataType, True) for f in schema.fields])
         arrow_schema = to_arrow_schema(nullable, timezone="UTC")
         table = pa.Table.from_pylist(
             [dict(zip(schema.names, row, strict=True)) for row in rows], arrow_schema
         )
+    if table.num_rows == 0:
+        # Spark Connect cannot infer a schema from an empty table: give it the one wanted.
+        return spark.createDataFrame([], nullable)
     return spark.createDataFrame(table).select(
         *[F.col(f.name).cast(f.dataType) for f in schema.fields]
     )
