@@ -3,7 +3,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install demo test lint typecheck clean system airflow bench bench-smoke
+.PHONY: install demo test lint typecheck clean system airflow bench bench-smoke bench-cycle
 
 install: $(STAMP)
 
@@ -49,6 +49,13 @@ bench: install
 # The same harness at tiny sizes (under a minute): fails if the three methods disagree.
 bench-smoke: install
 	$(BIN)/cdc bench --smoke
+
+# N tables through one scheduling cycle of a real Airflow, Spark Connect vs spark-submit
+# (options: .venv/bin/cdc bench-cycle --help; 65 tables in spark-submit mode take ~50 min here:
+# e.g. --tables 10 --mode both, then --tables 65 --mode connect).
+# Results: bench-results/cycle/latest.json and latest.png.
+bench-cycle: install
+	$(BIN)/cdc bench-cycle $(ARGS)
 
 clean:
 	rm -rf $(VENV) landing warehouse .pytest_cache .mypy_cache .ruff_cache

@@ -39,6 +39,13 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", required=True)
     validate = commands.add_parser("validate", help="check every row of the config table")
     validate.add_argument("--config", type=Path, default=argparse.SUPPRESS)
+    from spark_jobs.check import add_check_arguments
+
+    add_check_arguments(
+        commands.add_parser(
+            "check", help="verify the tables' invariants (every valid table when none is named)"
+        )
+    )
     helps = {
         "stage": "change sets of [start, end) into staging",
         "overwrite-final": "rewrite the final partitions the interval's changes touch",
@@ -79,6 +86,27 @@ def build_parser() -> argparse.ArgumentParser:
     )
     bench.add_argument("--output", type=Path, default=None, help="results folder (bench-results)")
     bench.add_argument("--smoke", action="store_true", help="tiny sizes: the harness in seconds")
+    cycle = commands.add_parser(
+        "bench-cycle",
+        help="N tables through one scheduling cycle of a real Airflow, Connect vs spark-submit",
+    )
+    cycle.add_argument(
+        "--config", type=Path, default=argparse.SUPPRESS, help="unused: the bench writes its own"
+    )
+    cycle.add_argument("--tables", type=int, default=None, help="tables (65)")
+    cycle.add_argument("--changes", type=int, default=None, help="changes per table (300)")
+    cycle.add_argument(
+        "--mode", choices=["connect", "spark-submit", "both"], default="both", help="(both)"
+    )
+    cycle.add_argument(
+        "--parallelism", type=int, default=None, help="Airflow core parallelism (the launcher's)"
+    )
+    cycle.add_argument(
+        "--output", type=Path, default=None, help="results folder (bench-results/cycle)"
+    )
+    cycle.add_argument(
+        "--smoke", action="store_true", help="3 tables, 30 changes, one mode (Connect if available)"
+    )
     demo = commands.add_parser("demo", help="generate sample change sets and apply them")
     demo.add_argument("--config", type=Path, default=argparse.SUPPRESS)
     demo.add_argument(
@@ -95,7 +123,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def validate(config: Path | None) -> int:
-    """Print one line per problem of the config table; exit 1 when there is any."""
+    """Print one line per problem of the config table; exit 2 (a bad config) when there is any."""
     result = load_table_configs(config)
     for problem in result.problems:
         print(problem)
@@ -104,7 +132,7 @@ def validate(config: Path | None) -> int:
             f"{len(result.problems)} problem(s); {len(result.tables)} valid table(s)",
             file=sys.stderr,
         )
-        return 1
+        return 2  # as for every ConfigError of a step (README: a bad config exits 2)
     print(f"ok: {len(result.tables)} table(s): {', '.join(sorted(result.tables))}")
     return 0
 
@@ -123,6 +151,14 @@ def run_both(args) -> int:  # type: ignore[no-untyped-def]
             k: staged.counts[k]
             for k in ("files", "new_files", "rows_read", "staged", "quarantined")
         }
+        # A snapshot table's stage also says what its extract changed.
+        counts.update(
+            {
+                k: staged.counts[k]
+                for k in ("inserted", "updated", "deleted", "unchanged")
+                if k in staged.counts
+            }
+        )
         counts.update(applied.counts)
         counts["staging_version"] = staged.counts.get("staging_version")
         return StepReport("run", context.table.name, str(interval), counts)
@@ -204,16 +240,70 @@ def run_bench_command(namespace: argparse.Namespace) -> int:
     return 0
 
 
+def run_bench_cycle_command(namespace: argparse.Namespace) -> int:
+    """`cdc bench-cycle`: one scheduling cycle per mode, measured; non-zero when a table is off."""
+    from dataclasses import replace
+
+    from cdc_pipeline.bench_cycle import (
+        CycleSpec,
+        connect_mode_available,
+        failed,
+        run_bench_cycle,
+    )
+
+    modes: tuple[str, ...]
+    if namespace.smoke:
+        smoke_mode = "connect" if connect_mode_available() else "spark-submit"
+        modes = (smoke_mode,) if namespace.mode == "both" else (namespace.mode,)
+        output = namespace.output or Path("bench-results") / "cycle-smoke"
+        spec = CycleSpec.smoke(output, modes)  # type: ignore[arg-type]
+    else:
+        modes = ("connect", "spark-submit") if namespace.mode == "both" else (namespace.mode,)
+        spec = CycleSpec(modes=modes, output=namespace.output or Path("bench-results") / "cycle")  # type: ignore[arg-type]
+    overrides = {
+        name: value
+        for name, value in (
+            ("tables", namespace.tables),
+            ("changes", namespace.changes),
+            ("parallelism", namespace.parallelism),
+        )
+        if value is not None
+    }
+    spec = replace(spec, **overrides)  # type: ignore[arg-type]
+    try:
+        spec.validate()
+    except ValueError as error:
+        print(f"error: bench-cycle: {error}", file=sys.stderr)
+        return 2
+    try:
+        document = run_bench_cycle(spec)
+    except Exception as error:
+        from spark_jobs.common import one_line
+
+        print(f"error: bench-cycle: {one_line(error)}", file=sys.stderr)
+        return 1
+    problems = failed(document)
+    for problem in problems:
+        print(f"error: bench-cycle: {problem}", file=sys.stderr)
+    return 1 if problems else 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of `cdc`."""
     parser = build_parser()
     namespace = parser.parse_args(argv)
     if namespace.command == "validate":
         code = validate(namespace.config)
+    elif namespace.command == "check":
+        from spark_jobs.check import execute_check
+
+        code = execute_check(namespace.config, namespace.tables)
     elif namespace.command == "demo":
         code = run_demo_command(namespace)
     elif namespace.command == "bench":
         code = run_bench_command(namespace)
+    elif namespace.command == "bench-cycle":
+        code = run_bench_cycle_command(namespace)
     else:
         import importlib
 

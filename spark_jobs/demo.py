@@ -132,6 +132,7 @@ def run_airflow_demo(
     configs: ConfigLoadResult, config_path: Path, start: datetime, hours: int, keys: int
 ) -> list[str]:
     """Through Airflow: generate, then a scheduler-run backfill of every sample table's DAG."""
+    from cdc_pipeline.airflow_runs import MetadataDB, wait_for_dag_runs
     from cdc_pipeline.local_airflow import LocalAirflow, spark_connection_from_environment
     from cdc_pipeline.paths import landing_root, warehouse_root
     from spark_jobs.session import build_connect_session, spark_remote
@@ -176,6 +177,17 @@ def run_airflow_demo(
                     "2",
                 )
                 print(f"demo: backfill of {dag_id} queued ({hours} hourly runs)", flush=True)
+            # Progress every 10 s while the scheduler works through the backfills (runs done,
+            # running, queued, failed per table) instead of minutes of silence.
+            wait_for_dag_runs(
+                MetadataDB(local.home / "airflow.db"),
+                [configs.tables[name].dag_id for name in DEMO_TABLES],
+                hours,
+                select=lambda run: run.run_type == "backfill",
+                label="demo",
+                timeout=1800,
+                per_table=True,
+            )
             lines = []
             for name in DEMO_TABLES:
                 runs = local.wait_for_runs(configs.tables[name].dag_id, hours, prefix="backfill__")
