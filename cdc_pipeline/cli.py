@@ -149,7 +149,18 @@ def run_both(args) -> int:  # type: ignore[no-untyped-def]
         applied = run_overwrite_final(context, interval)
         counts = {
             k: staged.counts[k]
-            for k in ("files", "new_files", "rows_read", "staged", "quarantined")
+            for k in (
+                "files",
+                "new_files",
+                "files_refused",
+                "symlinks_refused",
+                "unrecognised_entries",
+                "files_deferred",
+                "rows_read",
+                "staged",
+                "quarantined",
+            )
+            if k in staged.counts
         }
         # A snapshot table's stage also says what its extract changed.
         counts.update(
