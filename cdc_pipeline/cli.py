@@ -147,7 +147,7 @@ def run_both(args) -> int:  # type: ignore[no-untyped-def]
         interval = step_args.interval()
         staged = run_stage(context, interval)
         applied = run_overwrite_final(context, interval)
-        counts = {
+        counts: dict[str, object] = {
             k: staged.counts[k]
             for k in (
                 "files",
