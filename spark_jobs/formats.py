@@ -546,7 +546,9 @@ def read_json_changes(spark: SparkSession, table: TableConfig, lines: DataFrame)
     found = {name: kind for name, kind in found.items() if name not in skip}
     if table.columns is not None:
         names = list(table.columns)
-        _, undeclared = column_names(set(found) - set(names), set())
+        # Every key outside the declared columns is ignored: the names, then the odd ones.
+        extra, unusable = column_names(set(found) - set(names), set())
+        undeclared = extra + unusable
         batch_types: dict[str, str | None] = dict(table.columns)
     else:
         taken = {*skip, *table.format_columns}
