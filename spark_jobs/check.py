@@ -267,8 +267,8 @@ def check_loaded(
             pending = (
                 staged.join(held, on=identity, how="left_anti")
                 .agg(F.count(F.lit(1)).alias("n"), F.min(F.struct(*identity)).alias("e"))
-                .collect()[0]
-            )  # metadata: one count and one example
+                .collect()[0]  # metadata: one count and one example key
+            )
             if pending["n"]:
                 breaches.append(
                     f"staging has events not in final: {_count(pending['n'], 'event')}, e.g. "
