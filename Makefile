@@ -31,8 +31,9 @@ demo: install
 	$(BIN)/cdc demo
 
 lint: install
-	$(BIN)/ruff check cdc_pipeline spark_jobs dags plugins tests
-	$(BIN)/ruff format --check cdc_pipeline spark_jobs dags plugins tests
+	$(BIN)/ruff check cdc_pipeline cdc_airflow spark_jobs cdc_tools dags plugins tests
+	$(BIN)/ruff format --check cdc_pipeline cdc_airflow spark_jobs cdc_tools dags plugins tests
+	$(BIN)/lint-imports
 
 typecheck: install
 	$(BIN)/mypy
@@ -61,4 +62,4 @@ clean:
 	rm -rf $(VENV) landing warehouse .pytest_cache .mypy_cache .ruff_cache
 
 airflow: install
-	$(BIN)/python -m cdc_pipeline.local_airflow
+	$(BIN)/python -m cdc_airflow.local

@@ -3,6 +3,6 @@
 It is separate from cdc_tables.py so that the valid tables' DAGs keep loading.
 """
 
-from cdc_pipeline.airflow_dags import raise_config_problems
+from cdc_airflow.dags import raise_config_problems
 
 raise_config_problems()

@@ -21,7 +21,7 @@ from fastapi import Depends, FastAPI, HTTPException, Request
 from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
 from fastapi.security import HTTPAuthorizationCredentials
 
-from cdc_pipeline.table_status import RunPoint, TableStatus, all_table_status
+from cdc_airflow.table_status import RunPoint, TableStatus, all_table_status
 
 PREFIX = "/cdc-tables"
 # No /docs, /redoc or /openapi.json: a plugin app is served without Airflow's authentication,

@@ -1,0 +1,7 @@
+"""The Spark steps: what a Spark driver (spark-submit) or a Spark Connect client runs.
+
+One entry module per step (`stage`, `overwrite_final`, `optimize`, `vacuum`, `reset_staging`,
+`as_of`, `check`) and what they share: reading landing files (`landing`, `formats`,
+`csv_format`, `snapshots`), the change rules (`transforms`, `history`) and the Delta adapter
+(`delta`). Never imports Airflow or the tools.
+"""

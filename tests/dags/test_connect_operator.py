@@ -12,9 +12,9 @@ from typing import Any
 import pytest
 from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
-from cdc_pipeline.airflow_dags import CdcStepOperator, SparkConnectUnavailableError
-from cdc_pipeline.connect_server import connect_address, free_port
-from cdc_pipeline.local_airflow import connect_connection
+from cdc_airflow.connect_server import connect_address, free_port
+from cdc_airflow.dags import CdcStepOperator, SparkConnectUnavailableError
+from cdc_airflow.local import connect_connection
 from tests.helpers import Workspace
 
 ROW = {
@@ -152,7 +152,7 @@ def test_the_local_launcher_makes_spark_default_a_connect_connection_to_its_serv
 ) -> None:
     from airflow.providers.apache.spark.hooks.spark_connect import SparkConnectHook
 
-    from cdc_pipeline.local_airflow import LocalAirflow, spark_connection_from_environment
+    from cdc_airflow.local import LocalAirflow, spark_connection_from_environment
 
     local = LocalAirflow(tmp_path, tmp_path / "t.yaml", tmp_path, tmp_path, connect_port=15123)
     monkeypatch.setenv(

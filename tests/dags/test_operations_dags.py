@@ -10,8 +10,8 @@ from types import SimpleNamespace
 import pytest
 import yaml
 
-from cdc_pipeline.airflow_ops import FillRunInterval, PublishCounts, QuarantineCheck
-from cdc_pipeline.alerts import CdcNotifier, CdcRunTimeoutNotifier, deadline_missed
+from cdc_airflow.alerts import CdcNotifier, CdcRunTimeoutNotifier, deadline_missed
+from cdc_airflow.operations import FillRunInterval, PublishCounts, QuarantineCheck
 from cdc_pipeline.config import parse_config
 from cdc_pipeline.planning import plan_table_dag
 

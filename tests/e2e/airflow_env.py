@@ -8,7 +8,7 @@ import urllib.error
 import urllib.request
 from typing import Any
 
-from cdc_pipeline.local_airflow import BIN, LocalAirflow, free_port
+from cdc_airflow.local import BIN, LocalAirflow, free_port
 
 __all__ = ["BIN", "AirflowEnv", "free_port"]
 

@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from cdc_pipeline.local_airflow import connect_connection
+from cdc_airflow.local import connect_connection
 from tests.e2e.airflow_env import BIN, AirflowEnv, free_port
 from tests.helpers import Workspace, table_rows
 
@@ -456,7 +456,7 @@ def test_the_local_api_server_listens_on_loopback_only_and_the_pools_exist(
 ) -> None:
     import socket
 
-    from cdc_pipeline.local_airflow import json_rows
+    from cdc_airflow.local import json_rows
 
     env, _ = airflow
     if not env.processes:

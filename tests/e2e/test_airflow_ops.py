@@ -36,7 +36,7 @@ from datetime import datetime, timezone
 
 from airflow.sdk import DAG, task
 
-from cdc_pipeline.airflow_ops import table_asset
+from cdc_airflow.operations import table_asset
 
 with DAG("ops_probe", schedule=[table_asset("o_rest")], start_date=datetime(2024, 1, 1, tzinfo=timezone.utc)):
 

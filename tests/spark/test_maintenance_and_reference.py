@@ -7,7 +7,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from spark_jobs.generator import ORDERS_COLUMNS, ChangeSpec, generate_orders
+from cdc_tools.generator import ORDERS_COLUMNS, ChangeSpec, generate_orders
 from spark_jobs.optimize import run_optimize
 from spark_jobs.vacuum import run_vacuum
 from tests.helpers import Workspace, file_paths, table_rows

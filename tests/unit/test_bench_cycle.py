@@ -13,7 +13,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from deltalake import write_deltalake
 
-from cdc_pipeline.airflow_runs import (
+from cdc_airflow.runs import (
     MetadataDB,
     RunRow,
     TaskRow,
@@ -21,7 +21,7 @@ from cdc_pipeline.airflow_runs import (
     progress_line,
     wait_for_dag_runs,
 )
-from cdc_pipeline.bench_cycle import (
+from cdc_tools.bench_cycle import (
     BenchTable,
     CycleSpec,
     check_table,

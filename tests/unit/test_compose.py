@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 import yaml
 
-from cdc_pipeline.local_airflow import LocalAirflow
+from cdc_airflow.local import LocalAirflow
 
 REPO = Path(__file__).resolve().parents[2]
 AIRFLOW_SERVICES = [
@@ -117,7 +117,7 @@ def test_the_init_service_migrates_creates_the_admin_checks_the_connection_and_t
         "airflow users create --role Admin",
         '--password "$${AIRFLOW_ADMIN_PASSWORD}"',
         "airflow connections get spark_default",
-        "python -m cdc_pipeline.local_airflow --print-pools > /tmp/cdc_pools.json",
+        "python -m cdc_airflow.local --print-pools > /tmp/cdc_pools.json",
         "airflow pools import /tmp/cdc_pools.json",
     ]
     positions = [script.index(step) for step in steps]

@@ -13,8 +13,8 @@ from typing import Any
 import pytest
 import yaml
 
-from cdc_pipeline import local_airflow
-from cdc_pipeline.local_airflow import LocalAirflow, write_private
+from cdc_airflow import local as local_airflow
+from cdc_airflow.local import LocalAirflow, write_private
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -149,7 +149,7 @@ def test_start_services_runs_the_api_server_with_its_host(
 
 def test_print_pools_is_what_the_compose_init_service_imports(tmp_path: Path) -> None:
     result = subprocess.run(
-        [sys.executable, "-m", "cdc_pipeline.local_airflow", "--print-pools"],
+        [sys.executable, "-m", "cdc_airflow.local", "--print-pools"],
         env={**os.environ, "CDC_CONFIG": str(config(tmp_path / "t.yaml"))},
         capture_output=True,
         text=True,

@@ -13,14 +13,8 @@ import pyarrow as pa
 import pytest
 from deltalake import write_deltalake
 
-from cdc_pipeline import alerts
-from cdc_pipeline.airflow_ops import (
-    FillRunInterval,
-    PublishCounts,
-    QuarantineCheck,
-    QuarantineLimitExceeded,
-)
-from cdc_pipeline.alerts import (
+from cdc_airflow import alerts
+from cdc_airflow.alerts import (
     Alert,
     CdcNotifier,
     NotifierError,
@@ -28,6 +22,12 @@ from cdc_pipeline.alerts import (
     quarantine_reasons,
     send_alert,
     sender_for,
+)
+from cdc_airflow.operations import (
+    FillRunInterval,
+    PublishCounts,
+    QuarantineCheck,
+    QuarantineLimitExceeded,
 )
 from cdc_pipeline.durations import format_duration, parse_duration
 from cdc_pipeline.manual_runs import RunInterval, latest_complete_interval, run_interval

@@ -18,10 +18,10 @@ from deltalake import write_deltalake
 from fastapi import FastAPI
 from fastapi.testclient import TestClient
 
-from cdc_pipeline import table_status
+from cdc_airflow import table_status
+from cdc_airflow.table_status import RunPoint, freshness_of, read_check, run_point
 from cdc_pipeline.config import load_table_configs
 from cdc_pipeline.paths import TablePaths
-from cdc_pipeline.table_status import RunPoint, freshness_of, read_check, run_point
 from plugins import cdc_tables_view as view
 
 NOW = datetime(2024, 3, 1, 12, 30, tzinfo=UTC)

@@ -20,9 +20,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from cdc_airflow.connect_server import ConnectServer, connect_address
+from cdc_airflow.connect_server import start as start_connect_server
 from cdc_pipeline.config import project_root
-from cdc_pipeline.connect_server import ConnectServer, connect_address
-from cdc_pipeline.connect_server import start as start_connect_server
 
 BIN = Path(sys.executable).parent
 LOCAL_SPARK = '{"conn_type": "spark", "host": "local[2]"}'  # spark-submit mode
@@ -81,7 +81,7 @@ def pool_name(table_name: str) -> str:
 def table_pools(config: Path | None = None) -> dict[str, dict[str, Any]]:
     """One pool per valid config row (`cdc_<name>`, 1 slot), as `airflow pools import` reads them.
 
-    Also `python -m cdc_pipeline.local_airflow --print-pools` (the compose init service).
+    Also `python -m cdc_airflow.local --print-pools` (the compose init service).
     """
     from cdc_pipeline.config import load_table_configs
 

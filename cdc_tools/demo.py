@@ -12,9 +12,9 @@ from cdc_pipeline.config import ConfigLoadResult, TableConfig, project_root
 from cdc_pipeline.errors import ConfigError
 from cdc_pipeline.intervals import HourBatch, Interval, format_timestamp
 from cdc_pipeline.paths import TablePaths
+from cdc_tools.generator import ChangeSpec, generate_events, generate_orders
 from spark_jobs import delta
 from spark_jobs.common import StepContext
-from spark_jobs.generator import ChangeSpec, generate_events, generate_orders
 from spark_jobs.optimize import run_optimize
 from spark_jobs.overwrite_final import run_overwrite_final
 from spark_jobs.stage import run_stage
@@ -132,8 +132,8 @@ def run_airflow_demo(
     configs: ConfigLoadResult, config_path: Path, start: datetime, hours: int, keys: int
 ) -> list[str]:
     """Through Airflow: generate, then a scheduler-run backfill of every sample table's DAG."""
-    from cdc_pipeline.airflow_runs import MetadataDB, wait_for_dag_runs
-    from cdc_pipeline.local_airflow import LocalAirflow, spark_connection_from_environment
+    from cdc_airflow.local import LocalAirflow, spark_connection_from_environment
+    from cdc_airflow.runs import MetadataDB, wait_for_dag_runs
     from cdc_pipeline.paths import landing_root, warehouse_root
     from spark_jobs.session import build_connect_session, spark_remote
 

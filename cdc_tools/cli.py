@@ -181,8 +181,8 @@ def run_demo_command(namespace: argparse.Namespace) -> int:
     """`cdc demo`."""
     from cdc_pipeline.config import default_config_path
     from cdc_pipeline.errors import CdcError
+    from cdc_tools.demo import run_airflow_demo, run_demo
     from spark_jobs.common import one_line
-    from spark_jobs.demo import run_airflow_demo, run_demo
     from spark_jobs.session import build_spark_session
 
     config_path = namespace.config or default_config_path()
@@ -209,7 +209,7 @@ def run_bench_command(namespace: argparse.Namespace) -> int:
     """`cdc bench`: the sweep, one line per case, the ratios, and where the results are."""
     from dataclasses import replace
 
-    from spark_jobs.bench import BenchSpec, run_bench
+    from cdc_tools.bench import BenchSpec, run_bench
     from spark_jobs.common import one_line
     from spark_jobs.session import build_spark_session
 
@@ -255,7 +255,7 @@ def run_bench_cycle_command(namespace: argparse.Namespace) -> int:
     """`cdc bench-cycle`: one scheduling cycle per mode, measured; non-zero when a table is off."""
     from dataclasses import replace
 
-    from cdc_pipeline.bench_cycle import (
+    from cdc_tools.bench_cycle import (
         CycleSpec,
         connect_mode_available,
         failed,

@@ -32,9 +32,9 @@ from typing import Any, Literal
 
 import yaml
 
-from cdc_pipeline.airflow_runs import MetadataDB, RunRow, TaskRow, wait_for_dag_runs
+from cdc_airflow.local import LOCAL_SPARK, LocalAirflow
+from cdc_airflow.runs import MetadataDB, RunRow, TaskRow, wait_for_dag_runs
 from cdc_pipeline.intervals import HourBatch
-from cdc_pipeline.local_airflow import LOCAL_SPARK, LocalAirflow
 
 Mode = Literal["connect", "spark-submit"]
 Kind = Literal["partitioned", "unpartitioned", "insert_only"]

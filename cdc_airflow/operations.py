@@ -16,7 +16,7 @@ from airflow.sdk.definitions.callback import SyncCallback
 from airflow.sdk.definitions.deadline import DeadlineAlert, DeadlineReference
 from airflow.sdk.exceptions import AirflowFailException
 
-from cdc_pipeline.alerts import (
+from cdc_airflow.alerts import (
     Alert,
     CdcNotifier,
     CdcRunTimeoutNotifier,

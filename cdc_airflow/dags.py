@@ -19,9 +19,9 @@ from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOpe
 from airflow.sdk import DAG, BaseHook, CronDataIntervalTimetable, Param
 from airflow.sdk.exceptions import AirflowException, AirflowFailException, AirflowSkipException
 
-from cdc_pipeline.airflow_ops import dag_arguments, task_arguments
+from cdc_airflow.connect_server import connect_address
+from cdc_airflow.operations import dag_arguments, task_arguments
 from cdc_pipeline.config import ConfigLoadResult, default_config_path, load_table_configs
-from cdc_pipeline.connect_server import connect_address
 from cdc_pipeline.errors import ConfigError, UsageError
 from cdc_pipeline.planning import DagPlan, TaskPlan, cron_of, is_due, plan_table_dag
 
