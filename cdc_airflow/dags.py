@@ -122,7 +122,8 @@ class CdcStepOperator(SparkSubmitOperator):
 
     def execute_connect(self, context: Any) -> dict[str, Any]:
         """The step in this process, as a Spark Connect client of the connection's server."""
-        from spark_jobs.common import STEP_ENTRIES, perform, summary_payload
+        from cdc_pipeline.steps import step_named
+        from spark_jobs.common import load_body, parse_step_args, perform, summary_payload
 
         url = SparkConnectHook(self._conn_id).get_connection_url()
         ti = context.get("ti")
@@ -130,20 +131,19 @@ class CdcStepOperator(SparkSubmitOperator):
         # One tag per task try: on_kill interrupts exactly this task's Spark operations.
         tag = f"cdc-{self.dag_id}-{self.task_id}-{run}-{getattr(ti, 'try_number', 0)}"
         self._connect_tag = re.sub(r"[^A-Za-z0-9_.:-]", "_", tag)
-        entry = STEP_ENTRIES.get(self.cdc_step)
-        if entry is None:  # a step module with its own arguments: its spark-submit entry
+        step = step_named(self.cdc_step)
+        if step.kind == "tables":  # a step with its own arguments (check): its module's entry
             return self.execute_connect_main(url)
         config = Path(self.config_path) if self.config_path else None
-        args = entry.parse(self.application_args or [], config)
-        noop = self.noop_report(entry, args)
+        args = parse_step_args(step, self.application_args or [], config)
+        noop = self.noop_report(step, args)
         if noop is not None:
             return noop
-        body = entry.load_body()
-        factory = self.connect_session_factory(url) if entry.needs_spark else None
+        factory = self.connect_session_factory(url) if step.needs_spark else None
         try:
-            report = perform(args, entry.prog, body, factory)
+            report = perform(args, step.name, load_body(step), factory)
         except (ConfigError, UsageError) as error:
-            raise AirflowFailException(f"{entry.prog} {args.table}: {error}") from error
+            raise AirflowFailException(f"{step.name} {args.table}: {error}") from error
         except BaseException:
             # A timeout or kill raised inside a Spark call: the server may still be running it.
             self.interrupt_connect_work()
@@ -153,9 +153,9 @@ class CdcStepOperator(SparkSubmitOperator):
         print(report.line(), flush=True)
         return summary_payload(report)
 
-    def noop_report(self, entry: Any, args: Any) -> dict[str, Any] | None:
+    def noop_report(self, step: Any, args: Any) -> dict[str, Any] | None:
         """The no-op report of an interval step with no landed file and no staged batch."""
-        if entry.kind != "interval":
+        if step.kind != "interval":
             return None
         from cdc_pipeline.config import load_table_configs
         from cdc_pipeline.paths import TablePaths
@@ -165,10 +165,10 @@ class CdcStepOperator(SparkSubmitOperator):
             table = load_table_configs(args.config).table(args.table)
             interval = args.interval()
         except (ConfigError, UsageError) as error:
-            raise AirflowFailException(f"{entry.prog} {args.table}: {error}") from error
+            raise AirflowFailException(f"{step.name} {args.table}: {error}") from error
         if interval_has_work(TablePaths.for_table(table.name), interval, table.file_format):
             return None
-        report = noop_report(entry.prog, table.name, interval)
+        report = noop_report(step.name, table.name, interval)
         print(report.line(), flush=True)
         return summary_payload(report)
 

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import itertools
 import json
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 
 from cdc_pipeline.config import TableConfig
@@ -11,6 +12,7 @@ from cdc_pipeline.durations import parse_duration
 
 # One preset table and one cron check for validation, DAGs and cadences (re-exported here).
 from cdc_pipeline.schedules import PRESETS, cron_of, is_due  # noqa: F401
+from cdc_pipeline.steps import dag_steps
 
 # `cdc_interval` (a macro of each CDC DAG, cdc_pipeline.manual_runs.run_interval) is the run's
 # data interval, or for a run triggered without a logical date the latest complete interval.
@@ -27,7 +29,7 @@ class TaskPlan:
     """One task: which step runs, with which arguments, and when a maintenance task is due."""
 
     task_id: str
-    step: str  # module in spark_jobs
+    step: str  # the step's module in spark_jobs (cdc_pipeline.steps)
     arguments: tuple[str, ...]
     maintenance_schedule: str | None = None
     is_maintenance: bool = False
@@ -51,7 +53,6 @@ class DagPlan:
     doc_md: str
     conn_id: str
     description: str = ""
-    params: dict[str, bool] = field(default_factory=lambda: {"force_maintenance": False})
     dagrun_timeout: timedelta | None = None
     freshness: timedelta | None = None  # deadline after a run is queued; None: no deadline
     notify: tuple[str, ...] = ()
@@ -73,27 +74,20 @@ def table_asset_uri(table: str) -> str:
 
 
 def plan_table_dag(table: TableConfig) -> DagPlan:
-    """stage -> overwrite_final -> reset_staging -> optimize -> vacuum -> check, maintenance by
-    cadence."""
-    tasks = (
-        TaskPlan("stage", "stage", (table.name, *INTERVAL_ARGS)),
-        TaskPlan("overwrite_final", "overwrite_final", (table.name, *INTERVAL_ARGS)),
+    """The registry's DAG steps in order (stage -> overwrite_final -> reset_staging -> optimize
+    -> vacuum -> check); maintenance tasks by their cadence."""
+    tasks = tuple(
         TaskPlan(
-            "reset_staging", "reset_staging", (table.name,), table.reset_staging_schedule, True
-        ),
-        TaskPlan("optimize", "optimize", (table.name,), table.optimize_schedule, True),
-        TaskPlan("vacuum", "vacuum", (table.name,), table.vacuum_schedule, True),
-        # Last, so it verifies what the run and its maintenance left; it fails on a breach.
-        TaskPlan("check", "check", (table.name,), table.check_schedule, True),
+            step.task_id,
+            step.module,
+            (table.name, *INTERVAL_ARGS) if step.kind == "interval" else (table.name,),
+            getattr(table, f"{step.module}_schedule") if step.maintenance else None,
+            step.maintenance,
+        )
+        for step in dag_steps()
     )
-    # Maintenance runs one after another: each rewrites files the next one reads.
-    edges = (
-        ("stage", "overwrite_final"),
-        ("overwrite_final", "reset_staging"),
-        ("reset_staging", "optimize"),
-        ("optimize", "vacuum"),
-        ("vacuum", "check"),
-    )
+    # One after another: each maintenance task rewrites files the next one reads.
+    edges = tuple((a.task_id, b.task_id) for a, b in itertools.pairwise(tasks))
     kind = "insert-only" if table.insert_only else "upsert"
     row = json.dumps(
         table.model_dump(mode="json", exclude_none=True), indent=2

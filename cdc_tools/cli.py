@@ -10,17 +10,7 @@ from pathlib import Path
 
 from cdc_pipeline.config import load_table_configs
 from cdc_pipeline.intervals import parse_timestamp
-
-STEPS = {
-    # command: (module, argument kind)
-    "stage": ("spark_jobs.stage", "interval"),
-    "overwrite-final": ("spark_jobs.overwrite_final", "interval"),
-    "run": ("", "interval"),
-    "optimize": ("spark_jobs.optimize", "table"),
-    "vacuum": ("spark_jobs.vacuum", "vacuum"),
-    "reset-staging": ("spark_jobs.reset_staging", "table"),
-    "as-of": ("spark_jobs.as_of", "as_of"),
-}
+from cdc_pipeline.steps import STEPS, step_named
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -41,22 +31,17 @@ def build_parser() -> argparse.ArgumentParser:
     validate.add_argument("--config", type=Path, default=argparse.SUPPRESS)
     from spark_jobs.check import add_check_arguments
 
-    add_check_arguments(
-        commands.add_parser(
-            "check", help="verify the tables' invariants (every valid table when none is named)"
-        )
-    )
-    helps = {
-        "stage": "change sets of [start, end) into staging",
-        "overwrite-final": "rewrite the final partitions the interval's changes touch",
-        "run": "stage + overwrite-final",
-        "optimize": "compact small files, Z-order by zorder_by",
-        "vacuum": "delete files older than the retention that no version needs",
-        "reset-staging": "staging := final + remembered deletes",
-        "as-of": "the table as it was at --at, from its history (history: true)",
-    }
-    for command, (_, kind) in STEPS.items():
-        add_step_arguments(commands.add_parser(command, help=helps[command]), kind)  # type: ignore[arg-type]
+    # The steps of the registry, with `run` (stage + overwrite-final) after the first two.
+    for step in STEPS:
+        command = commands.add_parser(step.name, help=step.help)
+        if step.kind == "tables":
+            add_check_arguments(command)
+        else:
+            add_step_arguments(command, step.kind)
+        if step.name == "overwrite-final":
+            add_step_arguments(
+                commands.add_parser("run", help="stage + overwrite-final"), "interval"
+            )
     bench = commands.add_parser(
         "bench", help="overwrite-final vs a full rebuild vs a delta-rs MERGE, timed side by side"
     )
@@ -316,17 +301,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     elif namespace.command == "bench-cycle":
         code = run_bench_cycle_command(namespace)
     else:
-        import importlib
-
-        from spark_jobs.common import execute, step_args_from
+        from spark_jobs.common import execute, load_body, step_args_from
 
         args = step_args_from(namespace)
         if namespace.command == "run":
             code = run_both(args)
         else:
-            module = importlib.import_module(STEPS[namespace.command][0])
-            body = getattr(module, namespace.command.replace("-", "_") + "_step")
-            code = execute(args, namespace.command, body, needs_spark=namespace.command != "vacuum")
+            step = step_named(namespace.command)
+            code = execute(args, step.name, load_body(step), step.needs_spark)
     return code
 
 

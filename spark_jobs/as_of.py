@@ -138,7 +138,7 @@ def as_of_step(context: StepContext, args: StepArgs) -> StepReport:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """spark-submit entry: as_of TABLE --at TS [--output PATH] [--limit N]."""
-    return run_step(argv, "as-of", "as_of", as_of_step)
+    return run_step("as_of", argv)
 
 
 if __name__ == "__main__":

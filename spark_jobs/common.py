@@ -10,14 +10,13 @@ import traceback
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 from cdc_pipeline.config import TableConfig, load_table_configs
 from cdc_pipeline.errors import CdcError, ConfigError, UsageError
 from cdc_pipeline.intervals import Interval
 from cdc_pipeline.paths import TablePaths
-
-ArgumentKind = Literal["interval", "table", "vacuum", "as_of"]
+from cdc_pipeline.steps import ArgumentKind, Step, step_named
 
 
 @dataclass(frozen=True)
@@ -157,43 +156,20 @@ def execute(args: StepArgs, prog: str, body: StepBody, needs_spark: bool = True)
     return 0
 
 
-@dataclass(frozen=True)
-class StepEntry:
-    """How a step module runs: its command name, argument kind, body and whether it needs Spark."""
+def load_body(step: Step) -> StepBody:
+    """The body function of a registered step (imports its module)."""
+    import importlib
 
-    module: str  # in spark_jobs
-    prog: str
-    kind: ArgumentKind
-    body: str  # the module's body function
-    needs_spark: bool = True
-
-    def load_body(self) -> StepBody:
-        """The body function (imports the module)."""
-        import importlib
-
-        body: StepBody = getattr(importlib.import_module(f"spark_jobs.{self.module}"), self.body)
-        return body
-
-    def parse(self, argv: Sequence[str], config: Path | None = None) -> StepArgs:
-        """StepArgs from the step's argv (as spark-submit would get it) and a config path."""
-        parser = argparse.ArgumentParser(prog=self.prog)
-        add_step_arguments(parser, self.kind)
-        args = step_args_from(parser.parse_args(list(argv)))
-        return args if args.config is not None or config is None else replace(args, config=config)
+    body: StepBody = getattr(importlib.import_module(f"spark_jobs.{step.module}"), step.body)
+    return body
 
 
-# The steps an Airflow task runs, by module (TaskPlan.step); the CLI names them by `prog`.
-STEP_ENTRIES = {
-    entry.module: entry
-    for entry in (
-        StepEntry("stage", "stage", "interval", "stage_step"),
-        StepEntry("overwrite_final", "overwrite-final", "interval", "overwrite_final_step"),
-        StepEntry("optimize", "optimize", "table", "optimize_step"),
-        StepEntry("vacuum", "vacuum", "vacuum", "vacuum_step", needs_spark=False),
-        StepEntry("reset_staging", "reset-staging", "table", "reset_staging_step"),
-        StepEntry("as_of", "as-of", "as_of", "as_of_step"),
-    )
-}
+def parse_step_args(step: Step, argv: Sequence[str], config: Path | None = None) -> StepArgs:
+    """StepArgs from a step's argv (as spark-submit would get it) and a config path."""
+    parser = argparse.ArgumentParser(prog=step.name)
+    add_step_arguments(parser, step.kind)
+    args = step_args_from(parser.parse_args(list(argv)))
+    return args if args.config is not None or config is None else replace(args, config=config)
 
 
 def interval_has_work(paths: TablePaths, interval: Interval, file_format: str) -> bool:
@@ -238,15 +214,8 @@ def write_summary(report: StepReport) -> None:
         Path(target).write_text(json.dumps(summary_payload(report)))
 
 
-def run_step(
-    argv: Sequence[str] | None,
-    prog: str,
-    kind: ArgumentKind,
-    body: StepBody,
-    needs_spark: bool = True,
-) -> int:
-    """spark-submit entry: parse `argv` (default sys.argv) and execute the step."""
-    parser = argparse.ArgumentParser(prog=prog)
-    add_step_arguments(parser, kind)
-    namespace = parser.parse_args(list(sys.argv[1:] if argv is None else argv))
-    return execute(step_args_from(namespace), prog, body, needs_spark)
+def run_step(module: str, argv: Sequence[str] | None = None) -> int:
+    """spark-submit entry of a registered step: parse `argv` (default sys.argv), execute it."""
+    step = step_named(module)
+    args = parse_step_args(step, sys.argv[1:] if argv is None else argv)
+    return execute(args, step.name, load_body(step), step.needs_spark)

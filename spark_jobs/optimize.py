@@ -104,7 +104,7 @@ def optimize_step(context: StepContext, args: StepArgs) -> StepReport:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """spark-submit entry: optimize TABLE."""
-    return run_step(argv, "optimize", "table", optimize_step)
+    return run_step("optimize", argv)
 
 
 if __name__ == "__main__":

@@ -651,7 +651,7 @@ def overwrite_final_step(context: StepContext, args: StepArgs) -> StepReport:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """spark-submit entry: overwrite_final TABLE --start TS --end TS."""
-    return run_step(argv, "overwrite-final", "interval", overwrite_final_step)
+    return run_step("overwrite_final", argv)
 
 
 if __name__ == "__main__":

@@ -81,7 +81,7 @@ def reset_staging_step(context: StepContext, args: StepArgs) -> StepReport:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """spark-submit entry: reset_staging TABLE."""
-    return run_step(argv, "reset-staging", "table", reset_staging_step)
+    return run_step("reset_staging", argv)
 
 
 if __name__ == "__main__":

@@ -563,7 +563,7 @@ def stage_step(context: StepContext, args: StepArgs) -> StepReport:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """spark-submit entry: stage TABLE --start TS --end TS."""
-    return run_step(argv, "stage", "interval", stage_step)
+    return run_step("stage", argv)
 
 
 if __name__ == "__main__":

@@ -68,7 +68,7 @@ def vacuum_step(context: StepContext, args: StepArgs) -> StepReport:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry: vacuum TABLE [--retention-hours H] [--force]."""
-    return run_step(argv, "vacuum", "vacuum", vacuum_step, needs_spark=False)
+    return run_step("vacuum", argv)
 
 
 if __name__ == "__main__":

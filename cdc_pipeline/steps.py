@@ -1,0 +1,103 @@
+"""The step registry: every Spark step once, read by the CLI, the DAG planner and the entry points.
+
+A step is a module of `spark_jobs` (`spark_jobs/<module>.py`, which spark-submit runs) with a
+body function `<module>_step(context, args)`; `cdc <name>` runs it from the command line, and
+the DAG of each table runs the ones with `in_dag` as tasks named after their module, in the
+order listed here. The kinds of arguments a step takes are in `spark_jobs.common`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+# interval: TABLE --start --end; table: TABLE; vacuum: TABLE [--retention-hours] [--force];
+# as_of: TABLE --at [--output] [--limit]; tables: [TABLE ...] (check: its own entry).
+ArgumentKind = Literal["interval", "table", "vacuum", "as_of", "tables"]
+
+
+@dataclass(frozen=True)
+class Step:
+    """One step: its command, its module, its arguments, whether it needs Spark, its help."""
+
+    name: str  # the `cdc` command and the step name of summaries ("overwrite-final")
+    module: str  # spark_jobs.<module>; the task id where a DAG runs it ("overwrite_final")
+    kind: ArgumentKind
+    help: str
+    needs_spark: bool = True
+    in_dag: bool = True
+    maintenance: bool = False  # a DAG task that runs on its own cadence (`<module>_schedule`)
+
+    @property
+    def body(self) -> str:
+        """The name of the body function in the step's module."""
+        return f"{self.module}_step"
+
+    @property
+    def task_id(self) -> str:
+        """The task id of the step in a table's DAG."""
+        return self.module
+
+
+STEPS: tuple[Step, ...] = (
+    Step("stage", "stage", "interval", "change sets of [start, end) into staging"),
+    Step(
+        "overwrite-final",
+        "overwrite_final",
+        "interval",
+        "rewrite the final partitions the interval's changes touch",
+    ),
+    Step(
+        "reset-staging",
+        "reset_staging",
+        "table",
+        "staging := final + remembered deletes",
+        maintenance=True,
+    ),
+    Step(
+        "optimize",
+        "optimize",
+        "table",
+        "compact small files, Z-order by zorder_by",
+        maintenance=True,
+    ),
+    Step(
+        "vacuum",
+        "vacuum",
+        "vacuum",
+        "delete files older than the retention that no version needs",
+        needs_spark=False,
+        maintenance=True,
+    ),
+    # Last in the DAG, so it verifies what the run and its maintenance left.
+    Step(
+        "check",
+        "check",
+        "tables",
+        "verify the tables' invariants (every valid table when none is named)",
+        maintenance=True,
+    ),
+    Step(
+        "as-of",
+        "as_of",
+        "as_of",
+        "the table as it was at --at, from its history (history: true)",
+        in_dag=False,
+    ),
+)
+
+_BY_NAME = {step.name: step for step in STEPS}
+_BY_MODULE = {step.module: step for step in STEPS}
+
+
+def step_named(name: str) -> Step:
+    """The step of a `cdc` command (`overwrite-final`) or of a module (`overwrite_final`)."""
+    found = _BY_NAME.get(name) or _BY_MODULE.get(name)
+    if found is None:
+        raise KeyError(f"no step named {name!r}; steps: {', '.join(_BY_NAME)}")
+    return found
+
+
+def dag_steps() -> tuple[Step, ...]:
+    """The steps a table's DAG runs, in order."""
+    return tuple(step for step in STEPS if step.in_dag)
