@@ -943,8 +943,3 @@ def load_table_configs(path: Path | str | None = None) -> ConfigLoadResult:
             problems=[ConfigProblem("*", "(file)", f"{config_path} is not valid YAML{where}")]
         )
     return parse_config(document, shown, marks, duplicates)
-
-
-def table_names(result: ConfigLoadResult) -> Iterable[str]:
-    """Names of the valid tables, sorted."""
-    return sorted(result.tables)

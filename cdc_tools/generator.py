@@ -14,8 +14,6 @@ from pathlib import Path
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from cdc_pipeline.intervals import HourBatch
-
 ORDERS_COLUMNS = {
     "ORDER_ID": "bigint",
     "LINE_NO": "int",
@@ -243,8 +241,3 @@ def write_landing(
             written += 1
     shutil.rmtree(tmp, ignore_errors=True)
     return written
-
-
-def hour_folders(start: datetime, hours: int) -> list[str]:
-    """Landing folders of `hours` hours from `start`."""
-    return [HourBatch(start + timedelta(hours=h)).folder for h in range(hours)]

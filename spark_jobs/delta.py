@@ -304,11 +304,6 @@ class WrittenFiles:
         """Rows in the written files, from their Parquet footers."""
         return sum(json.loads(a.stats)["numRecords"] for a in self.actions)
 
-    @property
-    def partitions(self) -> set[tuple[tuple[str, str | None], ...]]:
-        """Distinct partition value tuples of the written files."""
-        return {tuple(sorted(a.partition_values.items())) for a in self.actions}
-
     def delete(self) -> None:
         """Remove the files (after a failed commit): they were never visible to readers."""
         for action in self.actions:

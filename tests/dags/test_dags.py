@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -125,27 +124,13 @@ def test_a_bad_row_is_an_import_error_and_hides_no_other_table(
     assert "table broken: keys: 'NOPE' is not a declared column" in error
 
 
-def test_parsing_200_rows_is_cheap(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_200_rows_give_200_dags(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A config table of 200 rows loads as 200 DAGs, without import errors."""
     rows = [{**ROW, "name": f"table_{i:03d}"} for i in range(200)]
     config = write(tmp_path, rows)
     from airflow.dag_processing.dagbag import DagBag
 
     monkeypatch.setenv("CDC_CONFIG", str(config))
-    started = time.perf_counter()
     bag = DagBag(dag_folder=str(DAGS))
-    elapsed = time.perf_counter() - started
-    assert len(bag.dag_ids) == 200 and bag.import_errors == {}
-    # A baseline: 200 trivial DAGs of 5 tasks each, in one file.
-    trivial = tmp_path / "trivial_dags"
-    trivial.mkdir()
-    (trivial / "trivial.py").write_text(
-        "from airflow.sdk import DAG\nfrom airflow.providers.standard.operators.empty import EmptyOperator\n"
-        "for i in range(200):\n"
-        "    with DAG(f'trivial_{i}', schedule=None) as dag:\n"
-        "        [EmptyOperator(task_id=f't{j}') for j in range(5)]\n"
-        "    globals()[dag.dag_id] = dag\n"
-    )
-    started = time.perf_counter()
-    DagBag(dag_folder=str(trivial))
-    baseline = time.perf_counter() - started
-    print(f"\nDagBag of 200 CDC rows: {elapsed:.2f} s; 200 trivial 5-task DAGs: {baseline:.2f} s")
+    assert bag.import_errors == {}
+    assert sorted(bag.dag_ids) == [f"cdc_table_{i:03d}" for i in range(200)]
