@@ -9,11 +9,9 @@ from pathlib import Path
 
 from deltalake.exceptions import CommitFailedError
 
-from cdc_pipeline.errors import ConcurrentWriteError
 from spark_jobs import delta
 from spark_jobs.common import StepArgs, StepContext, StepReport, run_step
 
-MAX_ATTEMPTS = 6
 # A file under half of delta-rs's 100 MiB optimize target is small: compacting it pays off.
 SMALL_FILE_BYTES = 50 * 1024 * 1024
 
@@ -39,7 +37,8 @@ def partitions_needing_optimize(snapshot: delta.Snapshot) -> list[str | None] | 
 
 def optimize_table(path: Path, zorder_by: Sequence[str] = ()) -> tuple[int, int, int]:
     """Bin-pack (and Z-order) a table where it has several files: (files before, after, partitions)."""
-    for attempt in range(1, MAX_ATTEMPTS + 1):
+
+    def attempt(_: int) -> tuple[int, int, int] | None:
         snapshot = delta.load_snapshot(path)
         if snapshot.table is None:
             return 0, 0, 0
@@ -57,13 +56,11 @@ def optimize_table(path: Path, zorder_by: Sequence[str] = ()) -> tuple[int, int,
             else:
                 snapshot.table.optimize.compact(partition_filters=filters)
         except CommitFailedError:
-            delta.sleep_before_retry(attempt)
-            continue
+            return None
         after = len(delta.load_snapshot(path).files)
         return before, after, len(needy) if needy is not None else 1
-    raise ConcurrentWriteError(
-        f"{path}: optimize kept conflicting with other writers; run it again"
-    )
+
+    return delta.with_retries(f"{path}: optimize", attempt)
 
 
 def checkpoint(path: Path) -> None:

@@ -38,7 +38,6 @@ from spark_jobs.transforms import (
     type_changes,
 )
 
-MAX_COMMIT_ATTEMPTS = 8
 MAX_LISTED = 10  # entries named in one warning line
 
 
@@ -183,7 +182,7 @@ def _commit_append(
 ) -> tuple[int, int]:
     """Append `frame` to the table at `path` (created if needed); returns (rows, version)."""
     delta.ensure_table(path, frame.schema, partition_by)
-    return delta.append_with_retries(frame, path, step, MAX_COMMIT_ATTEMPTS, fault_point)
+    return delta.append_with_retries(frame, path, step, fault_point)
 
 
 def run_stage(context: StepContext, interval: Interval) -> StepReport:

@@ -261,7 +261,7 @@ def test_a_widening_rewrite_raced_by_an_optimize_keeps_each_row_once(
     narrow = StructType([StructField("ID", LongType()), StructField("N", IntegerType())])
     delta.ensure_table(path, narrow, [])
     for rows in ([(1, 10), (2, 20)], [(3, 30)]):
-        delta.append_with_retries(spark.createDataFrame(rows, narrow), path, "test", 3)
+        delta.append_with_retries(spark.createDataFrame(rows, narrow), path, "test")
     assert len(delta.load_snapshot(path).files) >= 2
     optimized: list[tuple[int, int, int]] = []
     real_commit = delta.commit
@@ -271,7 +271,7 @@ def test_a_widening_rewrite_raced_by_an_optimize_keeps_each_row_once(
             optimized.append(optimize_table(path))
         return real_commit(*args, **kwargs)
 
-    monkeypatch.setattr(delta, "commit", optimize_then_commit)
+    monkeypatch.setattr(delta.committing, "commit", optimize_then_commit)
     wide = StructType([StructField("ID", LongType()), StructField("N", LongType())])
     assert delta.evolve_table(spark, path, wide) == ["widen N int -> bigint"]
     ((before, after, _),) = optimized

@@ -1,0 +1,246 @@
+"""Read a snapshot: one version of a Delta table, its files, and its rows for Spark."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, date, datetime
+from pathlib import Path
+from typing import Any
+from urllib.parse import unquote
+
+import pyarrow as pa
+from deltalake import DeltaTable, Schema
+from deltalake.exceptions import CommitFailedError, TableNotFoundError
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql.pandas.types import to_arrow_schema
+from pyspark.sql.types import StringType, StructField, StructType
+
+FILE_NAME_COLUMN = "_cdc_file_name"
+
+
+@dataclass(frozen=True)
+class DataFile:
+    """One file of a snapshot: path relative to the table root, partition values, row count."""
+
+    path: str
+    size: int
+    partition_values: dict[str, Any]
+    num_records: int | None
+    min_values: dict[str, Any] = field(default_factory=dict)
+    max_values: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def name(self) -> str:
+        """The file's base name, unique within the table for files written by this project."""
+        return self.path.rsplit("/", 1)[-1]
+
+
+@dataclass
+class Snapshot:
+    """One version of a Delta table, held open so a commit can be made from exactly it."""
+
+    path: Path
+    table: DeltaTable | None
+    version: int
+    schema: StructType | None
+    partition_columns: list[str]
+    files: list[DataFile] = field(default_factory=list)
+
+    @property
+    def exists(self) -> bool:
+        """False while no table has been created at the path."""
+        return self.table is not None
+
+    @property
+    def num_records(self) -> int:
+        """Rows in this version, from the log's statistics (no data read)."""
+        return sum(f.num_records or 0 for f in self.files)
+
+    def files_in(self, partitions: Iterable[Any] | None) -> list[DataFile]:
+        """Files of the given values of the (single) partition column; all files for None."""
+        if partitions is None:
+            return list(self.files)
+        wanted = set(partitions)
+        column = self.partition_columns[0]
+        return [f for f in self.files if f.partition_values.get(column) in wanted]
+
+    def partition_values(self) -> set[Any]:
+        """Distinct values of the partition column in this version."""
+        if not self.partition_columns:
+            return set()
+        column = self.partition_columns[0]
+        return {f.partition_values.get(column) for f in self.files}
+
+
+def spark_schema_of(table: DeltaTable) -> StructType:
+    """The table's schema as a Spark StructType (Delta's schema JSON is Spark's)."""
+    return StructType.fromJson(json.loads(table.schema().to_json()))
+
+
+def load_snapshot(path: Path) -> Snapshot:
+    """The latest version of the table at `path`, or an empty Snapshot when there is none."""
+    try:
+        table = DeltaTable(str(path))
+    except TableNotFoundError:
+        return Snapshot(path, None, -1, None, [])
+    partition_columns = list(table.metadata().partition_columns)
+    actions = pa.table(table.get_add_actions(flatten=True)).to_pylist()
+    files = [
+        DataFile(
+            path=unquote(row["path"]),
+            size=int(row["size_bytes"]),
+            partition_values={
+                c: canonical_partition_value(row.get(f"partition.{c}")) for c in partition_columns
+            },
+            num_records=row.get("num_records"),
+            min_values={k[4:]: v for k, v in row.items() if k.startswith("min.") and v is not None},
+            max_values={k[4:]: v for k, v in row.items() if k.startswith("max.") and v is not None},
+        )
+        for row in actions
+    ]
+    return Snapshot(path, table, table.version(), spark_schema_of(table), partition_columns, files)
+
+
+def ensure_table(
+    path: Path, schema: StructType, partition_by: Sequence[str], description: str | None = None
+) -> None:
+    """Create an empty Delta table at `path` unless one exists (safe when two runs race)."""
+    try:
+        DeltaTable(str(path))
+        return
+    except TableNotFoundError:
+        pass
+    path.mkdir(parents=True, exist_ok=True)
+    delta_schema = Schema.from_json(schema.json())
+    try:
+        DeltaTable.create(
+            str(path),
+            delta_schema,
+            mode="ignore",
+            partition_by=list(partition_by) or None,
+            description=description,
+        )
+    except (CommitFailedError, OSError):
+        # Another run created it in the meantime: that table is as good as ours.
+        DeltaTable(str(path))
+
+
+def read_snapshot(
+    spark: SparkSession,
+    snapshot: Snapshot,
+    partitions: Iterable[Any] | None = None,
+    columns: Sequence[str] | None = None,
+    with_file_name: bool = False,
+    files: Sequence[DataFile] | None = None,
+) -> DataFrame:
+    """The snapshot's rows (optionally only some partitions, files and columns) with partition
+    values.
+
+    Delta data files do not hold partition values; they come from the log: as constants when
+    every file read is in one partition, else joined on each row's file name (a small
+    broadcast map of metadata, not row data).
+    """
+    if snapshot.schema is None:
+        raise ValueError(f"no Delta table at {snapshot.path}")
+    schema = snapshot.schema
+    wanted = list(columns) if columns is not None else [f.name for f in schema.fields]
+    files = list(files) if files is not None else snapshot.files_in(partitions)
+    out_fields = [schema[c] for c in wanted]
+    if with_file_name:
+        out_fields.append(StructField(FILE_NAME_COLUMN, StringType(), True))
+    if not files:
+        return local_frame(spark, [], StructType(out_fields))
+    if snapshot.partition_columns and len({f.name for f in files}) != len(files):
+        # Partition values are joined on the file name, which must therefore be unique.
+        raise RuntimeError(
+            f"{snapshot.path}: two data files share a base name; cannot restore partitions"
+        )
+    data_fields = [f for f in schema.fields if f.name not in snapshot.partition_columns]
+    paths = [str(snapshot.path / f.path) for f in files]
+    df = spark.read.schema(StructType(data_fields)).parquet(*paths)
+    needs_partition = [c for c in snapshot.partition_columns if c in wanted]
+    values = {tuple(f.partition_values[c] for c in needs_partition) for f in files}
+    if needs_partition and len(values) == 1:
+        # One partition: its values are constants, no join needed.
+        for column, value in zip(needs_partition, values.pop(), strict=True):
+            constant = F.lit(partition_value_string(value)).cast(schema[column].dataType)
+            df = df.withColumn(column, constant)
+        needs_partition = []
+    if needs_partition or with_file_name:
+        df = df.withColumn(FILE_NAME_COLUMN, F.col("_metadata.file_name"))
+    if needs_partition:
+        map_schema = StructType([StructField(FILE_NAME_COLUMN, StringType(), False)])
+        for column in needs_partition:
+            map_schema.add(schema[column])
+        rows = [(f.name, *[f.partition_values[c] for c in needs_partition]) for f in files]
+        mapping = local_frame(spark, rows, map_schema)
+        df = df.join(F.broadcast(mapping), on=FILE_NAME_COLUMN, how="inner")
+    select = [F.col(c) for c in wanted]
+    if with_file_name:
+        select.append(F.col(FILE_NAME_COLUMN))
+    return df.select(*select)
+
+
+def local_frame(
+    spark: SparkSession, rows: Sequence[Sequence[Any]] | pa.Table, schema: StructType
+) -> DataFrame:
+    """A small driver-side table (metadata such as file names and partition values) as a
+    Spark local relation: joins broadcast it straight from the driver, with no Spark job.
+    `rows`: tuples in the order of `schema`, or an Arrow table with its columns."""
+    nullable = StructType([StructField(f.name, f.dataType, True) for f in schema.fields])
+    if isinstance(rows, pa.Table):
+        table = rows.select(schema.names)
+    else:
+        arrow_schema = to_arrow_schema(nullable, timezone="UTC")
+        table = pa.Table.from_pylist(
+            [dict(zip(schema.names, row, strict=True)) for row in rows], arrow_schema
+        )
+    if table.num_rows == 0:
+        # Spark Connect cannot infer a schema from an empty table: give it the one wanted.
+        return spark.createDataFrame([], nullable)
+    return spark.createDataFrame(table).select(
+        *[F.col(f.name).cast(f.dataType) for f in schema.fields]
+    )
+
+
+def canonical_partition_value(value: Any) -> Any:
+    """A partition value in the one form every comparison uses: a timestamp as a naive UTC
+    datetime (the log and Arrow give aware ones, and a naive and an aware datetime are never
+    equal), anything else as it is."""
+    if isinstance(value, datetime) and value.tzinfo is not None:
+        return value.astimezone(UTC).replace(tzinfo=None)
+    return value
+
+
+def partition_values_of(frame: DataFrame, column: str) -> set[Any]:
+    """The distinct values of `column` in `frame`, in canonical form (None included).
+
+    Through Arrow, not `collect()`: Spark's Python rows turn timestamps into the local time of
+    the Python process."""
+    values = frame.select(column).distinct().toArrow()  # metadata: partition values
+    return {canonical_partition_value(v) for v in values.column(0).to_pylist()}
+
+
+def partition_value_string(value: Any) -> str | None:
+    """A partition value as the Delta log stores it."""
+    if value is None:
+        return None
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, datetime):
+        return value.strftime("%Y-%m-%d %H:%M:%S.%f")
+    if isinstance(value, date):
+        return value.isoformat()
+    return str(value)
+
+
+def arrow_table_rows(path: Path, columns: list[str] | None = None) -> list[dict[str, Any]]:
+    """Rows of a small metadata table (the ledger) read by delta-rs on the driver."""
+    try:
+        table = DeltaTable(str(path))
+    except TableNotFoundError:
+        return []
+    return pa.table(table.to_pyarrow_table(columns=columns)).to_pylist()

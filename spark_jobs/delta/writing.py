@@ -1,0 +1,219 @@
+"""Write files: Spark writes Parquet into a table folder, not yet committed, described as add actions."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import date, datetime
+from pathlib import Path
+from typing import Any
+from urllib.parse import unquote
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+from deltalake.transaction import AddAction
+from pyspark.sql import DataFrame
+
+TMP_DIR = "_cdc_tmp"
+
+
+@dataclass(frozen=True)
+class WrittenFiles:
+    """Files one attempt wrote into a table folder, ready to commit (or to delete)."""
+
+    table_path: Path
+    actions: list[AddAction]
+
+    @property
+    def rows(self) -> int:
+        """Rows in the written files, from their Parquet footers."""
+        return sum(json.loads(a.stats)["numRecords"] for a in self.actions)
+
+    def delete(self) -> None:
+        """Remove the files (after a failed commit): they were never visible to readers."""
+        for action in self.actions:
+            (self.table_path / unquote(action.path)).unlink(missing_ok=True)
+
+
+def write_files(
+    df: DataFrame,
+    table_path: Path,
+    partition_by: Sequence[str],
+    run_id: str,
+    sort_within: Sequence[str] = (),
+) -> WrittenFiles:
+    """Write `df` as Parquet into the table folder (not yet committed) and describe the files.
+
+    Spark writes into a private temporary folder; the files are then renamed into the table's
+    partition folders under names carrying the run id, so a file name is unique in the table.
+    """
+    tmp = table_path / TMP_DIR / run_id
+    _spark_write(df, tmp, partition_by, sort_within)
+    written = _adopt_files(tmp, table_path, len(partition_by), run_id)
+    shutil.rmtree(tmp, ignore_errors=True)
+    return written
+
+
+ROUTE_COLUMN = "_cdc_route"
+
+
+def write_routed(
+    df: DataFrame,
+    routes: Mapping[str, tuple[Path, Sequence[str], Sequence[str]]],
+    run_id: str,
+    sort_within: Sequence[str] = (),
+) -> dict[str, WrittenFiles]:
+    """Write rows for several tables in one Spark job; each row's `_cdc_route` names its table.
+
+    `routes` maps a route value to (table path, partition columns, data columns). The rows of
+    every route carry the union of all routes' columns: a file holds only its route's data
+    columns as read by that table's schema (other columns are null; readers select by schema)
+    and its statistics cover only those columns. The first route's partition columns are the
+    write's; a route without partition columns takes its files from every folder.
+    """
+    names = list(routes)
+    first_path, first_partitions, _ = routes[names[0]]
+    for _, partitions, _ in routes.values():
+        if partitions and list(partitions) != list(first_partitions):
+            raise ValueError("routed tables must share their partition columns or have none")
+    tmp = first_path / TMP_DIR / run_id
+    _spark_write(df, tmp, [ROUTE_COLUMN, *first_partitions], sort_within)
+    written: dict[str, WrittenFiles] = {}
+    for name in names:
+        path, partitions, columns = routes[name]
+        folder = tmp / f"{ROUTE_COLUMN}={name}"
+        written[name] = _adopt_files(
+            folder, path, len(partitions), run_id, keep_dirs=bool(partitions), columns=columns
+        )
+    shutil.rmtree(tmp, ignore_errors=True)
+    return written
+
+
+def _spark_write(
+    df: DataFrame, tmp: Path, partition_by: Sequence[str], sort_within: Sequence[str]
+) -> None:
+    writer_df = df.sortWithinPartitions(*sort_within) if sort_within else df
+    writer = writer_df.write.mode("overwrite").option("compression", "snappy")
+    if partition_by:
+        writer = writer.partitionBy(*partition_by)
+    writer.parquet(str(tmp))
+
+
+def _adopt_files(
+    tmp: Path,
+    table_path: Path,
+    partition_depth: int,
+    run_id: str,
+    keep_dirs: bool = True,
+    columns: Sequence[str] | None = None,
+) -> WrittenFiles:
+    """Move the Parquet files Spark wrote under `tmp` into the table folder, as add actions."""
+    actions: list[AddAction] = []
+    counter = 0
+    sources = sorted(tmp.rglob("*.parquet")) if tmp.exists() else []
+    for source in sources:
+        relative_dir = source.parent.relative_to(tmp)
+        if any(
+            part.startswith(".") or (part.startswith("_") and "=" not in part)
+            for part in relative_dir.parts
+        ):
+            continue  # Spark's own bookkeeping, not data
+        metadata = pq.read_metadata(source)
+        rows = metadata.num_rows
+        if rows == 0:
+            source.unlink()
+            continue
+        counter += 1
+        target_dir = relative_dir if keep_dirs else Path()
+        relative = target_dir / f"part-{counter:05d}-{run_id}.snappy.parquet"
+        target = table_path / relative
+        target.parent.mkdir(parents=True, exist_ok=True)
+        os.replace(source, target)
+        values: dict[str, str | None] = {}
+        for part in target_dir.parts[:partition_depth]:
+            key, _, raw = part.partition("=")
+            value = unquote(raw)
+            values[key] = None if value == "__HIVE_DEFAULT_PARTITION__" else value
+        stats = footer_stats(metadata)
+        if columns is not None:
+            wanted = set(columns)
+            stats = {
+                kind: {c: v for c, v in by.items() if c in wanted} for kind, by in stats.items()
+            }
+        stat = target.stat()
+        actions.append(
+            AddAction(
+                path=relative.as_posix(),
+                size=stat.st_size,
+                partition_values=values,
+                modification_time=int(stat.st_mtime * 1000),
+                data_change=True,
+                stats=json.dumps({"numRecords": rows, **stats}),
+            )
+        )
+    return WrittenFiles(table_path, actions)
+
+
+_MAX_STATS_STRING = 256
+
+
+def _stats_value(value: Any) -> Any:
+    """A footer min/max as Delta stats JSON holds it, or None for types not recorded."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value
+    if isinstance(value, str):
+        return value if len(value) <= _MAX_STATS_STRING else None
+    if isinstance(value, date) and not isinstance(value, datetime):
+        return value.isoformat()
+    return None
+
+
+def footer_stats(metadata: pq.FileMetaData) -> dict[str, Any]:
+    """Delta file statistics (minValues, maxValues, nullCount) from a Parquet footer.
+
+    Recorded for integer, string and date columns whose every row group has statistics, so
+    readers (and the moved-key lookup of overwrite-final) can skip files by value range.
+    """
+    mins: dict[str, Any] = {}
+    maxs: dict[str, Any] = {}
+    nulls: dict[str, int] = {}
+    for index in range(metadata.num_columns):
+        name = metadata.schema.column(index).path
+        if "." in name:
+            continue  # nested: not recorded
+        low = high = None
+        null_count = 0
+        complete = True
+        for group in range(metadata.num_row_groups):
+            column = metadata.row_group(group).column(index)
+            stats = column.statistics
+            if stats is None or not stats.has_null_count:
+                complete = False
+                break
+            null_count += stats.null_count
+            if not stats.has_min_max:
+                if stats.null_count != column.num_values:
+                    complete = False
+                    break
+                continue  # only nulls in this row group
+            try:
+                group_low, group_high = _stats_value(stats.min), _stats_value(stats.max)
+            except (pa.ArrowNotImplementedError, ValueError):  # a type pyarrow cannot convert
+                complete = False
+                break
+            if group_low is None or group_high is None:
+                complete = False
+                break
+            low = group_low if low is None else min(low, group_low)
+            high = group_high if high is None else max(high, group_high)
+        if not complete:
+            continue
+        nulls[name] = null_count
+        if low is not None and high is not None:
+            mins[name], maxs[name] = low, high
+    return {"minValues": mins, "maxValues": maxs, "nullCount": nulls}
