@@ -16,7 +16,8 @@ from typing import Any
 
 from airflow.providers.apache.spark.hooks.spark_connect import SparkConnectHook
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
-from airflow.sdk import DAG, BaseHook, CronDataIntervalTimetable, Param
+from airflow.sdk import DAG, BaseHook, CronDataIntervalTimetable, Param, get_parsing_context
+from airflow.sdk.bases.skipmixin import SkipMixin
 from airflow.sdk.exceptions import AirflowException, AirflowFailException, AirflowSkipException
 
 from cdc_airflow.connect_server import connect_address
@@ -63,8 +64,13 @@ def active_connect_session() -> Any:
     return ConnectSession.getActiveSession()
 
 
-class CdcStepOperator(SparkSubmitOperator):
+class CdcStepOperator(SparkSubmitOperator, SkipMixin):
     """One CDC step, run as the task's Spark connection says; maintenance skips when not due.
+
+    The task in `MAINTENANCE_GATE` (overwrite_final) also marks every maintenance task that is
+    not due as skipped when it succeeds, so a run starts no task process for them (a 65-table
+    cycle saves 4 task starts per table). Each maintenance task still checks its cadence
+    itself, for runs cleared or triggered task by task.
 
     A `spark_connect` connection: the step runs inside this task process as a Spark Connect client
     of the server (no JVM here), through the same step functions as the `cdc` command; its Spark
@@ -81,10 +87,12 @@ class CdcStepOperator(SparkSubmitOperator):
         maintenance_schedule: str | None = None,
         is_maintenance: bool = False,
         config_path: str | None = None,
+        maintenance_after: dict[str, str | None] | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
         self.cdc_step = cdc_step
+        self.maintenance_after = maintenance_after or {}
         self.maintenance_schedule = maintenance_schedule
         self.is_maintenance = is_maintenance
         self.config_path = config_path
@@ -106,7 +114,30 @@ class CdcStepOperator(SparkSubmitOperator):
         else:
             report = self.execute_submit(context)
         self.log.info("CDC summary: %s", report.get("line", "(none written)"))
+        if self.maintenance_after:
+            self.skip_maintenance_not_due(context, report)
         return report
+
+    def skip_maintenance_not_due(self, context: Any, report: dict[str, Any]) -> None:
+        """Mark the maintenance tasks that are not due in this run's interval as skipped.
+
+        Skipping ends this task's execute (Airflow's DownstreamTasksSkipped, a success), so the
+        report is pushed to XCom here, as a return value would be.
+        """
+        if context["params"].get("force_maintenance"):
+            return
+        start, end = context["data_interval_start"], context["data_interval_end"]
+        not_due = [
+            task_id
+            for task_id, schedule in self.maintenance_after.items()
+            if not is_due(schedule, start, end)
+        ]
+        if not not_due:
+            return
+        ti = context["ti"]
+        ti.xcom_push(key="return_value", value=report)
+        self.log.info("not due in [%s, %s): %s", start, end, ", ".join(not_due))
+        self.skip(ti, [self.dag.get_task(task_id) for task_id in not_due])
 
     def execute_submit(self, context: Any) -> dict[str, Any]:
         """spark-submit of the step's module; its counts come back through a JSON file."""
@@ -268,9 +299,15 @@ class CdcStepOperator(SparkSubmitOperator):
             super().on_kill()
 
 
+# The task that skips the maintenance tasks not due (they all run after it).
+MAINTENANCE_GATE = "overwrite_final"
+
+
 def build_task(plan: DagPlan, task: TaskPlan, config_path: Path) -> CdcStepOperator:
     """One planned task as an operator of the current DAG context."""
+    gated = {t.task_id: t.maintenance_schedule for t in plan.tasks if t.is_maintenance}
     return CdcStepOperator(
+        maintenance_after=gated if task.task_id == MAINTENANCE_GATE else None,
         task_id=task.task_id,
         cdc_step=task.step,
         config_path=str(config_path.resolve()),
@@ -315,8 +352,12 @@ def build_dags(config_path: Path | str | None = None) -> dict[str, DAG]:
     """One DAG per valid config row; a row that fails to build is logged, the others still load."""
     path = Path(config_path) if config_path is not None else default_config_path()
     result = load_table_configs(path)
+    # A task process parses this file for its own DAG only: build just that one.
+    wanted = get_parsing_context().dag_id
     dags: dict[str, DAG] = {}
     for name, table in sorted(result.tables.items()):
+        if wanted is not None and table.dag_id != wanted:
+            continue
         try:
             dags[table.dag_id] = build_dag(plan_table_dag(table), path)
         except Exception:

@@ -134,3 +134,38 @@ def test_200_rows_give_200_dags(tmp_path: Path, monkeypatch: pytest.MonkeyPatch)
     bag = DagBag(dag_folder=str(DAGS))
     assert bag.import_errors == {}
     assert sorted(bag.dag_ids) == [f"cdc_table_{i:03d}" for i in range(200)]
+
+
+def test_a_task_process_builds_only_its_own_dag(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Airflow's task runner sets the parsing context; the file then builds that DAG alone."""
+    rows = [{**ROW, "name": f"table_{i}"} for i in range(3)]
+    config = write(tmp_path, rows)
+    monkeypatch.setenv("_AIRFLOW_PARSING_CONTEXT_DAG_ID", "cdc_table_1")
+    from cdc_airflow.dags import build_dags
+
+    assert list(build_dags(config)) == ["cdc_table_1"]
+    monkeypatch.delenv("_AIRFLOW_PARSING_CONTEXT_DAG_ID")
+    assert list(build_dags(config)) == ["cdc_table_0", "cdc_table_1", "cdc_table_2"]
+
+
+def test_overwrite_final_gates_every_maintenance_task(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """overwrite_final skips the maintenance tasks that are not due: it knows all of them, with
+    their cadences, and they all run after it."""
+    row = {**ROW, "optimize_schedule": "0 3 * * *", "vacuum_schedule": None}
+    bag = dagbag(write(tmp_path, [row]), monkeypatch)
+    dag = bag.dags["cdc_t"]
+    gate = dag.get_task("overwrite_final")
+    assert gate.maintenance_after == {
+        "reset_staging": "@weekly",
+        "optimize": "0 3 * * *",
+        "vacuum": None,
+        "check": "@daily",
+    }
+    assert set(gate.maintenance_after) <= gate.get_flat_relative_ids(upstream=False)
+    for task_id in gate.maintenance_after:
+        assert dag.get_task(task_id).maintenance_after == {}
+    assert dag.get_task("stage").maintenance_after == {}
