@@ -155,11 +155,15 @@ class TableConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    name: str = Field(pattern=NAME_PATTERN, description="Table name; the DAG id is cdc_<name>.")
+    name: str = Field(
+        pattern=NAME_PATTERN,
+        description="Table name; the DAG id is cdc_<name>, its change files land in "
+        "{landing}/<name>, its tables are {warehouse}/<name>/final, staging, ...",
+    )
     file_format: Literal["parquet", "csv", "json"] = Field(
         default="parquet",
-        description="Format of the landed change files (json = JSON lines; the default for "
-        "debezium and wal2json).",
+        description="Format of the landed change files: parquet, csv (a header line; columns "
+        "are matched by name) or json (JSON lines; the default for debezium and wal2json).",
     )
     change_format: Literal["flat", "debezium", "wal2json", "snapshot"] = Field(
         default="flat",
@@ -191,8 +195,10 @@ class TableConfig(BaseModel):
     )
     columns: ColumnTypes | None = Field(
         default=None,
-        description="Column name -> Spark SQL type. Optional except for csv: without it the "
-        "files give the schema, and it evolves (see on_schema_change).",
+        description="Column name -> Spark SQL type (bigint, int, string, double, "
+        "decimal(p,s), date, timestamp, ...). Optional except for csv. Declared: other columns "
+        "in the files are ignored, with a warning. Omitted: the files give the schema, and it "
+        "evolves (see on_schema_change).",
     )
     on_schema_change: Literal["evolve", "quarantine"] = Field(
         default="evolve",
@@ -203,11 +209,21 @@ class TableConfig(BaseModel):
     keys: ColumnList = Field(min_length=1, description="Record key columns (composite allowed).")
     sequence_by: ColumnList = Field(
         min_length=1,
-        description="Columns ordering the changes of a key; later ones break ties. Optional for "
-        "debezium and wal2json (the source's own order).",
+        description="Columns ordering the changes of a key; later ones break ties: the latest "
+        "change is ROW_NUMBER() OVER (PARTITION BY keys ORDER BY sequence_by DESC). Required "
+        "for flat; debezium, wal2json and snapshot default to the source's own order.",
     )
     partition_expression: str | None = Field(
-        default=None, description="Spark SQL expression giving the final table's partition value."
+        default=None,
+        description="Spark SQL expression over the columns giving the final table's partition "
+        "value. The expression is data, not code: only column references (declared columns, or "
+        "the format's _cdc_ columns), literals, operators, CASE/IF/COALESCE and deterministic "
+        "scalar functions (date/time, string, math, casts, hashes such as md5, sha2, xxhash64, "
+        "hash); refused with a message naming the construct: subqueries and file reads, "
+        "reflect/java_method, UDFs and unknown functions, nondeterministic functions (rand, "
+        "uuid, current_timestamp, ...), aggregates, window functions, lambdas, *. Checked by "
+        "`cdc validate` (sqlglot's Spark parser) and again on Spark's analysed plan before the "
+        "first write.",
     )
     partition_column: str | None = Field(
         default=None,
@@ -218,19 +234,28 @@ class TableConfig(BaseModel):
         description="A key's partition value never changes (the partition expression is over "
         "columns a key keeps, such as its creation date): overwrite-final then trusts the "
         "partition an insert or update names and looks up where a key lives only for keys with "
-        "a delete. An update that moved a key anyway would leave its old row in place too.",
+        "a delete. Set it only when that holds: an update that moved a key anyway would leave "
+        "its old row in the old partition too.",
     )
     insert_only: bool = Field(
         default=False, description="Append each (key, sequence) once; never update or delete."
     )
     flag_column: str = Field(
-        default="FLAG", description="Column holding the change flag I, U or D."
+        default="FLAG", description="Column holding the change flag I, U or D (case-insensitive)."
     )
-    zorder_by: ColumnList = Field(default_factory=list, description="Columns OPTIMIZE Z-orders by.")
-    schedule: Schedule = Field(default="@hourly", description="Cron or preset of the table's DAG.")
+    zorder_by: ColumnList = Field(
+        default_factory=list, description="Columns OPTIMIZE Z-orders the final table by."
+    )
+    schedule: Schedule = Field(
+        default="@hourly",
+        description="The table's run schedule: a five-field cron or a preset (@hourly, @daily, "
+        "@midnight, @weekly, @monthly, @quarterly, @yearly, @annually). @once and null are "
+        "refused: a CDC table's runs own consecutive data intervals (a one-off load is `cdc "
+        "run`).",
+    )
     start_date: date = Field(
         default=date(2024, 1, 1),
-        description="First data interval of the DAG (UTC); backfills start here.",
+        description="First data interval of the DAG (UTC); backfills start here at the earliest.",
     )
     optimize_schedule: Schedule | None = Field(
         default="@daily", description="When OPTIMIZE runs (cron or preset); null never."
@@ -250,7 +275,9 @@ class TableConfig(BaseModel):
         default=168, ge=0, description="Files no version younger than this needs are deleted."
     )
     spark_conn_id: str = Field(
-        default="spark_default", description="Airflow connection the Spark tasks submit through."
+        default="spark_default",
+        description="Airflow connection the Spark tasks run through: spark_connect (a Spark "
+        "Connect client in the task) or spark (spark-submit).",
     )
     description: str | None = Field(default=None, description="Free text shown in the DAG docs.")
     # Operations (Airflow): timeouts, retries, alerts. Durations are text like 30m, 2h, 1h30m.
@@ -262,7 +289,8 @@ class TableConfig(BaseModel):
     dagrun_timeout: str = Field(
         default="3h",
         description="Longest a DAG run may take, retries included; a run past it fails, so one "
-        "hung run cannot hold the table (max_active_runs=1) forever.",
+        "hung run cannot hold the table (max_active_runs=1) forever. Not shorter than "
+        "execution_timeout.",
     )
     retries: int = Field(
         default=2, ge=0, le=10, description="Retries of a failed task (exponential back-off)."
