@@ -24,8 +24,7 @@ from tests.helpers import Workspace
 
 CLASSIC, CONNECT = "classic", "connect"
 # Representative modules run in both modes (together under 6 minutes more on 2 cores).
-# The property test and the CLI fault tests (each `cdc` process a Connect client, killed at each
-# point of a run) are among them.
+# The property test is among them.
 BOTH_MODES = {
     "tests/spark/test_stage.py",
     "tests/spark/test_formats.py",
@@ -33,10 +32,12 @@ BOTH_MODES = {
     "tests/spark/test_maintenance_and_reference.py",
     "tests/spark/test_snapshots.py",
     "tests/spark/test_property_differential.py",
-    "tests/cli/test_faults.py",
 }
-# Modules that run once, in Connect mode only (none at present).
-CONNECT_ONLY: set[str] = set()
+# Modules that run once, in Connect mode only: the CLI fault tests (each `cdc` process a Connect
+# client killed at each point of a run, while the server goes on; the crash points and the
+# recovery are the same code in both modes, and classic `cdc` crashes are covered by
+# tests/cli/test_concurrency_and_crashes.py).
+CONNECT_ONLY: set[str] = {"tests/cli/test_faults.py"}
 # Tests that read Spark's own job bookkeeping through `sparkContext` (the status tracker counts
 # the jobs of a job group): Connect has no sparkContext, and its tags do not reach the tracker.
 CLASSIC_ONLY = {"test_moved_key_lookup_reads_only_files_whose_key_range_can_hold_it"}
