@@ -22,6 +22,7 @@ import statistics
 import subprocess
 import threading
 import time
+import urllib.error
 import urllib.parse
 import urllib.request
 from collections.abc import Callable
@@ -488,7 +489,22 @@ class BenchAirflow(LocalAirflow):
         return int(self.environment()["AIRFLOW__CORE__PARALLELISM"])
 
     def rest(self, method: str, path: str, body: dict[str, Any] | None = None) -> Any:
-        """A REST API v2 call as admin (token per call: a few calls per cycle)."""
+        """A REST API v2 call as admin, retried on a server error: under a full cycle the
+        api-server's SQLite is busy and may answer 500 ("database is locked") for a moment."""
+        for attempt in range(1, 7):
+            try:
+                return self.rest_once(method, path, body)
+            except urllib.error.HTTPError as error:
+                if error.code < 500 or attempt == 6:
+                    raise
+            except urllib.error.URLError:
+                if attempt == 6:
+                    raise
+            time.sleep(2.0 * attempt)
+        raise AssertionError("unreachable")
+
+    def rest_once(self, method: str, path: str, body: dict[str, Any] | None = None) -> Any:
+        """One REST API v2 call as admin (token per call: a few calls per cycle)."""
         token_request = urllib.request.Request(
             f"{self.url}/auth/token",
             data=json.dumps({"username": "admin", "password": self.admin_password()}).encode(),
