@@ -248,8 +248,9 @@ def _small(frame: DataFrame, broadcast: bool) -> DataFrame:
     return F.broadcast(frame) if broadcast else frame
 
 
-def _as_changes(frame: DataFrame, columns: Sequence[str], flag: str) -> DataFrame:
-    """Rows of final or tombstones shaped like staged changes, flagged `flag`."""
+def as_changes(frame: DataFrame, columns: Sequence[str], flag: str) -> DataFrame:
+    """Rows of final or tombstones shaped like staged changes (`columns`, staging's), flagged
+    `flag`: U for final's rows, D for tombstones (their other columns null)."""
     present = set(frame.columns)
     return frame.select(
         *[F.col(c) if c in present else F.lit(None).alias(c) for c in columns if c != FLAG],
@@ -312,12 +313,12 @@ def plan_rewrite(
             *change_columns, F.lit(False).alias(REMEMBERED), F.lit(True).alias(FROM_CHANGE)
         )
         .unionByName(
-            _as_changes(current, change_columns, "U")
+            as_changes(current, change_columns, "U")
             .withColumn(REMEMBERED, F.lit(False))
             .withColumn(FROM_CHANGE, F.lit(False))
         )
         .unionByName(
-            _as_changes(remembered, change_columns, "D")
+            as_changes(remembered, change_columns, "D")
             .withColumn(REMEMBERED, F.lit(True))
             .withColumn(FROM_CHANGE, F.lit(False))
         )
@@ -610,6 +611,24 @@ def remove_duplicate_events(context: StepContext, partitions: set[Any] | None) -
     )
 
 
+def history_seed(context: StepContext, columns: Sequence[str]) -> DataFrame | None:
+    """What is known before history starts, as changes (staging's `columns`): every change still
+    in staging, final's rows and the remembered deletes (seeding a new history log)."""
+    spark, paths = context.spark, context.paths
+    parts = []
+    for path, flag in ((paths.staging, None), (paths.final, "U"), (paths.tombstones, "D")):
+        snapshot = delta.load_snapshot(path)
+        if snapshot.exists and snapshot.files:
+            rows = delta.read_snapshot(spark, snapshot)
+            parts.append(rows.select(*columns) if flag is None else as_changes(rows, columns, flag))
+    if not parts:
+        return None
+    result = parts[0]
+    for part in parts[1:]:
+        result = result.unionByName(part)
+    return result
+
+
 def run_overwrite_final(context: StepContext, interval: Interval) -> StepReport:
     """Apply the staged changes of the interval's hours to the final table."""
     table, paths = context.table, context.paths
@@ -637,7 +656,7 @@ def run_overwrite_final(context: StepContext, interval: Interval) -> StepReport:
             if table.history:
                 seed = None
                 if not delta.load_snapshot(paths.history_log).exists:
-                    seed = history.existing_state(context, changes.columns)
+                    seed = history_seed(context, changes.columns)
                 history.update_history(context, changes, seed, report)
     finally:
         changes.unpersist()

@@ -16,7 +16,7 @@ from pyspark.sql import DataFrame
 from cdc_pipeline.errors import ConcurrentWriteError
 from spark_jobs import delta, history
 from spark_jobs.common import StepArgs, StepContext, StepReport, run_step
-from spark_jobs.overwrite_final import MAX_ATTEMPTS, _as_changes
+from spark_jobs.overwrite_final import MAX_ATTEMPTS, as_changes
 from spark_jobs.transforms import BATCH, latest_arrival_per_key_and_sequence, latest_change_per_key
 
 
@@ -36,11 +36,11 @@ def compacted_staging(context: StepContext, staging: delta.Snapshot) -> DataFram
         return pending.join(current.select(*identity), on=identity, how="left_anti")
     candidates = staged
     if current is not None:
-        candidates = candidates.unionByName(_as_changes(current, columns, "U"))
+        candidates = candidates.unionByName(as_changes(current, columns, "U"))
     tombstones = delta.load_snapshot(paths.tombstones)
     if tombstones.exists:
         candidates = candidates.unionByName(
-            _as_changes(delta.read_snapshot(spark, tombstones), columns, "D")
+            as_changes(delta.read_snapshot(spark, tombstones), columns, "D")
         )
     return latest_change_per_key(candidates, table.keys, table.sequence_by).select(*columns)
 
