@@ -114,37 +114,18 @@ def _missing_files(name: str, snapshot: delta.Snapshot) -> str | None:
     )
 
 
-def _unique_keys(
-    table: TableConfig, final: DataFrame, version: int, counts: dict[str, int]
-) -> list[str]:
-    """Every key once in final (insert-only: every key and sequence), in one partition."""
-    identity = list(table.keys) if not table.insert_only else [*table.keys, *table.sequence_by]
-    column = table.partition_column
-    partitions = F.countDistinct(F.col(column)) if column else F.lit(1)
-    grouped = final.groupBy(*identity).agg(F.count(F.lit(1)).alias("n"), partitions.alias("p"))
-    moved, repeated = F.col("p") > 1, (F.col("n") > 1) & (F.col("p") <= 1)
-    key = F.struct(*[F.col(k) for k in identity])
-    summary = grouped.agg(
-        F.count(F.lit(1)).alias("keys"),
-        F.sum(F.when(repeated, 1).otherwise(0)).alias("repeated"),
-        F.sum(F.when(moved, 1).otherwise(0)).alias("moved"),
-        F.min(F.when(repeated, key)).alias("repeated_example"),
-        F.min(F.when(moved, key)).alias("moved_example"),
-    ).collect()[0]  # metadata: one row of counts and two example keys
-    counts["keys"] = int(summary["keys"])
-    what = "key" if not table.insert_only else "event"
-    breaches = []
-    if summary["repeated"]:
-        breaches.append(
-            f"duplicate {what}s in final: {_count(summary['repeated'], what)}, e.g. "
-            f"{_example(summary['repeated_example'], identity)} (version {version})"
-        )
-    if summary["moved"]:
-        breaches.append(
-            f"keys in two partitions of final: {_count(summary['moved'], 'key')}, e.g. "
-            f"{_example(summary['moved_example'], identity)} (version {version})"
-        )
-    return breaches
+def _tally(
+    per_key: DataFrame, counted: Column, rules: dict[str, Column], key: Column
+) -> tuple[int, dict[str, int], dict[str, Any]]:
+    """Over rows of one key each: how many `counted` holds for, how many break each rule, and
+    the least key breaking each (an example), in one Spark job."""
+    summary = per_key.agg(
+        F.sum(F.when(counted, 1).otherwise(0)).alias("__counted"),
+        *[F.sum(F.when(rule, 1).otherwise(0)).alias(name) for name, rule in rules.items()],
+        *[F.min(F.when(rule, key)).alias(f"{name}__e") for name, rule in rules.items()],
+    ).collect()[0]  # metadata: one row of counts and example keys
+    found = {name: int(summary[name] or 0) for name in rules}
+    return int(summary["__counted"] or 0), found, {n: summary[f"{n}__e"] for n in rules}
 
 
 def _key_breaches(
@@ -155,18 +136,23 @@ def _key_breaches(
 ) -> list[str]:
     """Final, tombstones and staging checked per key in one pass (one scan of each table's key,
     sequence and arrival columns, one shuffle): every key once in final and in one partition,
-    no live key with a later delete, no staged change later than final and tombstones."""
-    keys, order = list(table.keys), [*table.sequence_by, *ARRIVAL]
+    no live key with a later delete, no staged change later than final and tombstones.
+
+    Insert-only tables: every event (key and sequence) once in final and in one partition;
+    their tombstones and staging are not ranked (see check_loaded).
+    """
+    keys = [*table.keys, *table.sequence_by] if table.insert_only else list(table.keys)
+    order = [*table.sequence_by, *ARRIVAL]
     column = table.partition_column
+    sources = ("final",) if table.insert_only else ("final", "tombstones", "staging")
     parts = []
-    for name in ("final", "tombstones", "staging"):
+    for name in sources:
         snapshot = snapshots.get(name)
         if snapshot is None or not snapshot.files:
             continue
         partitioned = name == "final" and column is not None
-        rows = delta.read_snapshot(
-            spark, snapshot, columns=[*keys, *order, *([str(column)] if partitioned else [])]
-        )
+        wanted = list(dict.fromkeys([*keys, *order, *([str(column)] if partitioned else [])]))
+        rows = delta.read_snapshot(spark, snapshot, columns=wanted)
         partition = F.col(str(column)).cast("string") if partitioned else F.lit(None)
         parts.append(
             rows.select(
@@ -193,43 +179,36 @@ def _key_breaches(
     )
     moved = F.coalesce(F.col("p_min") != F.col("p_max"), F.lit(False))
     applied = F.greatest(F.col("f"), F.col("t"))
-    rules = {
-        "repeated": (F.col("n") > 1) & ~moved,
-        "moved": moved,
-        "deleted": (F.col("n") > 0) & F.coalesce(F.col("t") > F.col("f"), F.lit(False)),
-        "pending": F.col("s").isNotNull() & (applied.isNull() | (F.col("s") > applied)),
-    }
+    rules = {"repeated": (F.col("n") > 1) & ~moved, "moved": moved}
+    if not table.insert_only:
+        rules["deleted"] = (F.col("n") > 0) & F.coalesce(F.col("t") > F.col("f"), F.lit(False))
+        rules["pending"] = F.col("s").isNotNull() & (applied.isNull() | (F.col("s") > applied))
     key = F.struct(*[F.col(k) for k in keys])
-    summary = per_key.agg(
-        F.sum(F.when(F.col("n") > 0, 1).otherwise(0)).alias("keys"),
-        *[F.sum(F.when(rule, 1).otherwise(0)).alias(name) for name, rule in rules.items()],
-        *[F.min(F.when(rule, key)).alias(f"{name}_e") for name, rule in rules.items()],
-    ).collect()[0]  # metadata: one row of counts and example keys
-    counts["keys"] = int(summary["keys"] or 0)
+    counts["keys"], found, examples = _tally(per_key, F.col("n") > 0, rules, key)
+    example = {name: _example(examples[name], keys) for name in rules if found[name]}
     version = {n: snapshots[n].version if n in snapshots else -1 for n in ("final", "tombstones")}
+    what = "event" if table.insert_only else "key"
     breaches = []
-    found = {name: int(summary[name] or 0) for name in rules}
-    examples = {name: _example(summary[f"{name}_e"], keys) for name in rules if found[name]}
     if found["repeated"]:
         breaches.append(
-            f"duplicate keys in final: {_count(found['repeated'], 'key')}, e.g. "
-            f"{examples['repeated']} (version {version['final']})"
+            f"duplicate {what}s in final: {_count(found['repeated'], what)}, e.g. "
+            f"{example['repeated']} (version {version['final']})"
         )
     if found["moved"]:
         breaches.append(
             f"keys in two partitions of final: {_count(found['moved'], 'key')}, e.g. "
-            f"{examples['moved']} (version {version['final']})"
+            f"{example['moved']} (version {version['final']})"
         )
-    if found["deleted"]:
+    if found.get("deleted"):
         breaches.append(
             "live keys in final with a later delete in tombstones: "
-            f"{_count(found['deleted'], 'key')}, e.g. {examples['deleted']} (final version "
+            f"{_count(found['deleted'], 'key')}, e.g. {example['deleted']} (final version "
             f"{version['final']}, tombstones version {version['tombstones']})"
         )
-    if found["pending"]:
+    if found.get("pending"):
         breaches.append(
             "staging has changes later than final and tombstones (not applied): "
-            f"{_count(found['pending'], 'key')}, e.g. {examples['pending']} (staging version "
+            f"{_count(found['pending'], 'key')}, e.g. {example['pending']} (staging version "
             f"{snapshots['staging'].version}); run overwrite-final for their interval"
         )
     return breaches
@@ -253,13 +232,8 @@ def check_loaded(
     final_rows = None
     if final is not None and final.files:
         final_rows = delta.read_snapshot(spark, final, columns=[*keys, *order])
+    breaches += _key_breaches(spark, table, snapshots, counts)
     if table.insert_only:
-        if final_rows is None:
-            counts["keys"] = 0
-        else:
-            columns = [*keys, *order, *([table.partition_column] if table.partition_column else [])]
-            rows = delta.read_snapshot(spark, final, columns=columns)  # type: ignore[arg-type]
-            breaches += _unique_keys(table, rows, final.version, counts)  # type: ignore[union-attr]
         if staging is not None and staging.files:
             identity = [*keys, *table.sequence_by]
             staged = delta.read_snapshot(spark, staging, columns=identity)
@@ -275,7 +249,6 @@ def check_loaded(
                     f"{_example(pending['e'], identity)} (staging version {staging.version})"
                 )
         return breaches, counts
-    breaches += _key_breaches(spark, table, snapshots, counts)
     tombstones = snapshots.get("tombstones")
     if tombstones is not None:
         counts["tombstones"] = tombstones.num_records

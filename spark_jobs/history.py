@@ -13,7 +13,11 @@ overwrite-final appends the interval's changes to the log, then recuts every key
 they touch from the whole log and replaces those buckets in one commit. Cutting from the full
 log is what makes any order right: a late change is spliced between the versions around it,
 duplicates collapse (an identical change does not differ from the open version), several changes
-of a key in one batch each become a version, and a rerun recuts the same versions.
+of a key in one batch each become a version, and a rerun cuts the same versions.
+
+A step with nothing new commits nothing: when the log already holds every change of the interval
+(a rerun), the buckets' versions are cut and compared with what history holds, and only a
+difference (a run that crashed between its log append and its recut) is committed.
 
 `_cdc_valid_from`/`_cdc_valid_to` hold the first `sequence_by` column of the changes that open and
 close a version (full ties are broken by the rest of sequence_by and arrival, like final).
@@ -25,12 +29,12 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
-from pyspark.sql import Column, DataFrame, Window
+from pyspark.sql import Column, DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 from pyspark.sql.types import BooleanType, IntegerType, StructField, StructType
 
 from cdc_pipeline.config import TableConfig
-from cdc_pipeline.errors import ConcurrentWriteError, ConfigError
+from cdc_pipeline.errors import ConfigError
 from spark_jobs import delta
 from spark_jobs.common import StepContext, StepReport
 from spark_jobs.transforms import ARRIVAL, FLAG
@@ -41,7 +45,6 @@ VALID_TO = "_cdc_valid_to"
 IS_CURRENT = "_cdc_is_current"
 IS_DELETED = "_cdc_is_deleted"
 VERSION_COLUMNS = (VALID_FROM, VALID_TO, IS_CURRENT, IS_DELETED)
-MAX_ATTEMPTS = 10
 _BUCKETS_NOTE = re.compile(r"history_buckets=(\d+)")
 
 
@@ -158,7 +161,8 @@ def append_to_log(
     table, paths, spark = context.table, context.paths, context.spark
     # A change is one row at one arrival position (a seeded copy of it carries another flag).
     identity = [*table.keys, *table.sequence_by, *ARRIVAL]
-    for attempt in range(1, MAX_ATTEMPTS + 1):
+
+    def attempt(_: int) -> tuple[int, set[int]] | None:
         log = delta.load_snapshot(paths.history_log)
         held = delta.read_snapshot(spark, log, partitions=buckets, columns=identity)
         fresh = events.join(held, on=identity, how="left_anti")
@@ -166,27 +170,63 @@ def append_to_log(
         written = delta.write_files(fresh, paths.history_log, [BUCKET], run_id)
         if not written.actions:
             return 0, set()
-        result = delta.try_commit(log, written, "append", "history_log", run_id, attempt)
-        if result is not None:
-            # A concurrent run may have appended the same changes: harmless, a change seen
-            # twice folds into the version it opens.
-            appended = {int(a.partition_values[BUCKET] or 0) for a in written.actions}
-            return written.rows, appended
-    raise ConcurrentWriteError(
-        f"table {table.name}: the history log kept conflicting ({MAX_ATTEMPTS} attempts); "
-        "run the step again"
+        if delta.try_commit(log, written, "append", "history_log", run_id) is None:
+            return None
+        # A concurrent run may have appended the same changes: harmless, a change seen
+        # twice folds into the version it opens.
+        appended = {int(a.partition_values[BUCKET] or 0) for a in written.actions}
+        return written.rows, appended
+
+    return delta.with_retries(f"table {table.name}: the history log", attempt)
+
+
+def holds_exactly(
+    spark: SparkSession, history: delta.Snapshot, buckets: set[Any] | None, versions: DataFrame
+) -> bool:
+    """True when the given buckets of `history` hold exactly the rows of `versions`.
+
+    Compared as multisets of whole rows (every column, grouped: exact, no hash), in one Spark
+    job over the buckets' history rows and their cut.
+    """
+    if history.schema is None:
+        return False
+    names = history.schema.fieldNames()
+    held = delta.read_snapshot(spark, history, partitions=buckets).select(
+        *[F.col(f"`{n}`") for n in names], F.lit(-1).alias("__side")
     )
+    cut = versions.select(
+        *[F.col(f"`{f.name}`").cast(f.dataType) for f in history.schema.fields],
+        F.lit(1).alias("__side"),
+    )
+    differing = (
+        cut.unionByName(held)
+        .groupBy(*[F.col(f"`{n}`") for n in names])
+        .agg(F.sum("__side").alias("__balance"))
+        .filter(F.col("__balance") != 0)
+    )
+    return differing.limit(1).count() == 0
 
 
-def recut(context: StepContext, buckets: set[Any] | None) -> tuple[int, int]:
-    """Replace the history of the given buckets (None: all) by the versions cut from the log."""
+def recut(
+    context: StepContext, buckets: set[Any] | None, unless_held: bool = False
+) -> tuple[int, int, bool]:
+    """Replace the history of the given buckets (None: all) by the versions cut from the log.
+
+    Returns (rows written, history version, committed). `unless_held`: when history already
+    holds exactly those versions, commit nothing (a rerun: the log gained nothing).
+    """
     table, paths, spark = context.table, context.paths, context.spark
-    for attempt in range(1, MAX_ATTEMPTS + 1):
+
+    def attempt(_: int) -> tuple[int, int, bool] | None:
         # History before the log: a history commit made after this read is seen as a conflict.
         history = delta.load_snapshot(paths.history)
         log = delta.load_snapshot(paths.history_log)
         events = delta.read_snapshot(spark, log, partitions=buckets)
         versions = cut_versions(events, table).select(*history.schema.fieldNames())  # type: ignore[union-attr]
+        # Compared on every attempt: after a conflict, the run that committed first may have
+        # cut the same versions.
+        if unless_held and holds_exactly(spark, history, buckets, versions):
+            return 0, history.version, False
         run_id = delta.new_run_id()
         written = delta.write_files(versions, paths.history, [BUCKET], run_id)
         result = delta.try_commit(
@@ -195,17 +235,12 @@ def recut(context: StepContext, buckets: set[Any] | None) -> tuple[int, int]:
             "overwrite",
             "history",
             run_id,
-            attempt,
             _bucket_filters(buckets),
             exclusive=True,
         )
-        if result is None:
-            continue
-        return written.rows, result.version
-    raise ConcurrentWriteError(
-        f"table {table.name}: the history kept conflicting ({MAX_ATTEMPTS} attempts); "
-        "run the step again"
-    )
+        return None if result is None else (written.rows, result.version, True)
+
+    return delta.with_retries(f"table {table.name}: the history", attempt)
 
 
 def update_history(
@@ -236,10 +271,14 @@ def update_history(
         bucket_ids = events.select(BUCKET).distinct()
         buckets = {r[0] for r in bucket_ids.collect()}  # metadata: at most history_buckets ints
     logged, _ = append_to_log(context, events, buckets)
-    versions, history_version = recut(context, buckets)
+    # Nothing logged: a rerun, or a run whose changes another run logged. History is then
+    # recut only if it does not hold the cut already (that other run has not recut yet, or
+    # crashed before it did).
+    versions, history_version, committed = recut(context, buckets, unless_held=logged == 0)
+    rewritten = len(buckets) if buckets is not None else table.history_buckets
     report.counts.update(
         history_changes_logged=logged,
-        history_buckets_rewritten=len(buckets) if buckets is not None else table.history_buckets,
+        history_buckets_rewritten=rewritten if committed else 0,
         history_rows_written=versions,
         history_version=history_version,
     )
@@ -259,26 +298,3 @@ def flush_staging(context: StepContext, staged: DataFrame, report: StepReport) -
     if buckets:
         recut(context, buckets)
     report.counts["history_changes_logged"] = logged
-
-
-def existing_state(context: StepContext, columns: Sequence[str]) -> DataFrame | None:
-    """What is known before history starts, as changes: every change still in staging, final's
-    rows and the remembered deletes (seeding a new history log)."""
-    from spark_jobs.overwrite_final import _as_changes
-
-    spark, paths = context.spark, context.paths
-    parts = []
-    for path, flag in ((paths.staging, None), (paths.final, "U"), (paths.tombstones, "D")):
-        snapshot = delta.load_snapshot(path)
-        if snapshot.exists and snapshot.files:
-            rows = delta.read_snapshot(spark, snapshot)
-            if flag is None:
-                parts.append(rows.select(*[c for c in columns]))
-            else:
-                parts.append(_as_changes(rows, columns, flag))
-    if not parts:
-        return None
-    result = parts[0]
-    for part in parts[1:]:
-        result = result.unionByName(part)
-    return result

@@ -5,8 +5,9 @@ A link (file or folder) under a table's landing folder is never followed nor ope
 and reported. Folders and files the layout does not name (bad dt=/hr= names, files outside hour
 folders, other extensions) are reported once per run; only the table folder's top level, the
 interval's dt= folders and its hour folders are looked at. A file that changes after it was staged
-is a new version with its own arrival identity (`name~v002`, ...), which ranks after the earlier
-version's rows.
+is a new version with its own arrival identity, `~0001~name`, `~0002~name`, ...: the number
+counts the hour's re-staged versions, so a version ranks after every file of its hour staged
+before it (the earlier versions of the file included), whatever its name.
 """
 
 from __future__ import annotations
@@ -30,10 +31,16 @@ from cdc_pipeline.paths import TablePaths
 from cdc_pipeline.schema import common_type
 
 EXTENSIONS = {"parquet": (".parquet",), "csv": (".csv",), "json": (".json", ".jsonl", ".ndjson")}
-# `name~v002`: '~' never occurs in a landed change file's extension, so a version's identity cannot
-# be a landed name; it sorts after `name` (a prefix sorts first), and later versions sort later.
-VERSION_MARK = "~v"
-_VERSIONED = re.compile(r"^(.*)~v(\d{3,})$")
+# `~0001~name`: '~' sorts after every other printable ASCII character, so a re-staged version
+# sorts after every landed name that starts with one (names starting with a non-ASCII letter sort
+# after it; landed names of the version shape are reserved: reported, never read). The number
+# counts the hour's re-staged versions in the order they were staged, so later sorts later.
+VERSION_PREFIX = "~"
+VERSION_DIGITS = 4
+MAX_VERSIONS_PER_HOUR = 10**VERSION_DIGITS - 1
+_VERSIONED = re.compile(r"^~(\d{4})~(.+)$")
+# Ledgers written before the hour-wide numbering name versions `name~v002` (kept as they are).
+_OLD_VERSIONED = re.compile(r"^(.*)~v(\d{3,})$")
 _DAY = re.compile(r"^dt=(\d{4}-\d{2}-\d{2})$")
 _HOUR = re.compile(r"^hr=([01]\d|2[0-3])$")
 SYMLINK_REASON = (
@@ -59,15 +66,31 @@ LEDGER_SCHEMA = pa.schema(
 )
 
 
-def versioned_name(name: str, version: int) -> str:
-    """The arrival identity (`_cdc_file`) of a file's `version`: its name, then `name~v002`, ..."""
-    return name if version == 1 else f"{name}{VERSION_MARK}{version:03d}"
+def versioned_name(name: str, sequence: int) -> str:
+    """The arrival identity (`_cdc_file`) of the hour's `sequence`-th re-staged file version."""
+    if not 1 <= sequence <= MAX_VERSIONS_PER_HOUR:
+        raise InputError(
+            f"{name}: more than {MAX_VERSIONS_PER_HOUR} changed file versions in one hour folder; "
+            "land new content under new file names"
+        )
+    return f"{VERSION_PREFIX}{sequence:0{VERSION_DIGITS}d}~{name}"
 
 
-def split_version(file: str) -> tuple[str, int]:
-    """(landed name, version) of an arrival identity."""
+def split_version(file: str) -> tuple[str, tuple[int, int]]:
+    """(landed name, rank) of an arrival identity: the landed name ranks (0, 0), an old ledger's
+    `name~v002` (1, 2), a re-staged version `~0003~name` (2, 3); a later version ranks higher."""
     match = _VERSIONED.match(file)
-    return (match.group(1), int(match.group(2))) if match else (file, 1)
+    if match:
+        return match.group(2), (2, int(match.group(1)))
+    old = _OLD_VERSIONED.match(file)
+    if old:
+        return old.group(1), (1, int(old.group(2)))
+    return file, (0, 0)
+
+
+def is_reserved_name(name: str) -> bool:
+    """A landed name of a re-staged version's shape (`~0001~a.json`): never read as a change file."""
+    return _VERSIONED.match(name) is not None
 
 
 @dataclass(frozen=True)
@@ -79,7 +102,7 @@ class LandingFile:
     relative: str  # path from the table's landing folder: dt=.../hr=.../name
     size: int
     mtime_ns: int
-    version: int = 1
+    arrival: str | None = None  # a re-staged version's arrival identity; None: the name
     sha256: str | None = None
 
     @property
@@ -89,8 +112,14 @@ class LandingFile:
 
     @property
     def file(self) -> str:
-        """Arrival identity, the `_cdc_file` of its rows: the name, `name~v002` for version 2."""
-        return versioned_name(self.name, self.version)
+        """Arrival identity, the `_cdc_file` of its rows: the name, `~0001~name` for a version
+        re-staged after the file changed."""
+        return self.arrival or self.name
+
+    @property
+    def is_new_version(self) -> bool:
+        """A version staged after an earlier one of the same file."""
+        return self.arrival is not None
 
     @property
     def ident(self) -> tuple[str, str]:
@@ -194,8 +223,10 @@ def list_landing(paths: TablePaths, interval: Interval, file_format: str) -> Lis
             if entry.is_symlink():
                 listing.links.append(Refusal(batch, entry.name, relative, SYMLINK_REASON))
                 continue
-            if not entry.is_file(follow_symlinks=False) or not entry.name.lower().endswith(
-                extensions
+            if (
+                not entry.is_file(follow_symlinks=False)
+                or not entry.name.lower().endswith(extensions)
+                or is_reserved_name(entry.name)
             ):
                 suffix = "/" if entry.is_dir(follow_symlinks=False) else ""
                 listing.unrecognised.append(relative + suffix)
@@ -286,8 +317,9 @@ class FilePlan:
     refusals: list[Refusal] = field(default_factory=list)  # new: a quarantine and a ledger row
     links: int = 0  # links present this run (also those reported by an earlier run)
     touched: list[tuple[LandingFile, LedgerEntry]] = field(default_factory=list)  # same content
-    changed_versions: list[LandingFile] = field(default_factory=list)  # versions 2 and up
+    changed_versions: list[LandingFile] = field(default_factory=list)  # re-staged versions
     deferred: list[LandingFile] = field(default_factory=list)  # changing now: the next run's
+    sequences: dict[str, int] = field(default_factory=dict)  # batch -> last version number used
 
     def refused_files(self) -> list[Refusal]:
         """Refusals of files (not links)."""
@@ -305,33 +337,49 @@ def _unreadable(landing_file: LandingFile, error: OSError) -> Refusal:
     )
 
 
+def latest_sequence(files: Iterable[str]) -> int:
+    """The highest re-staged version number among arrival identities (0 when there is none)."""
+    ranks = [split_version(f)[1] for f in files]
+    return max([n for kind, n in ranks if kind == 2], default=0)
+
+
+def _latest(known: Sequence[LedgerEntry]) -> LedgerEntry | None:
+    return max(known, key=lambda e: split_version(e.file)[1]) if known else None
+
+
 def plan_files(listing: Listing, ledger: dict[tuple[str, str], LedgerEntry]) -> FilePlan:
     """New file versions (hashed), same-content touches, and new link refusals.
 
     A file whose size and mtime equal its latest version's ledger row is unchanged without
     hashing; otherwise its hash decides: the same content is a touch (recorded so the next run
     need not hash it), other content is a new version. A ledger row without a hash (an older
-    ledger) is unknown content: hashed and recorded, never re-staged.
+    ledger) is unknown content: hashed and recorded, never re-staged. New versions of the hour
+    are numbered after the ledger's, in listing order (links first, then files by name).
     """
     versions: dict[tuple[str, str], list[LedgerEntry]] = {}
     for entry in ledger.values():
         name, _ = split_version(entry.file)
         versions.setdefault((entry.batch, name), []).append(entry)
     plan = FilePlan()
+    for batch, file in ledger:
+        plan.sequences[batch] = max(plan.sequences.get(batch, 0), latest_sequence([file]))
+
+    def next_version(batch: str, name: str) -> str:
+        plan.sequences[batch] = plan.sequences.get(batch, 0) + 1
+        return versioned_name(name, plan.sequences[batch])
+
     for link in listing.links:
         plan.links += 1
-        known = sorted(versions.get((link.batch, link.file), []), key=lambda e: e.file)
-        latest = max(known, key=lambda e: split_version(e.file)[1]) if known else None
+        latest = _latest(versions.get((link.batch, link.file), []))
         if latest is not None and latest.is_link:
             continue  # reported (quarantined) by an earlier run
-        version = split_version(latest.file)[1] + 1 if latest else 1
-        if "/" in link.file:
-            plan.refusals.append(link)  # a linked folder: its relative path is its identity
+        if "/" in link.file or latest is None:
+            # A linked folder: its relative path is its identity; a new link: its name.
+            plan.refusals.append(link)
         else:
-            plan.refusals.append(replace(link, file=versioned_name(link.file, version)))
+            plan.refusals.append(replace(link, file=next_version(link.batch, link.file)))
     for landing_file in listing.files:
-        known = versions.get((landing_file.batch, landing_file.name), [])
-        latest = max(known, key=lambda e: split_version(e.file)[1]) if known else None
+        latest = _latest(versions.get((landing_file.batch, landing_file.name), []))
         stat_seen = (landing_file.size, landing_file.mtime_ns)
         if (
             latest is not None
@@ -347,20 +395,21 @@ def plan_files(listing: Listing, ledger: dict[tuple[str, str], LedgerEntry]) -> 
         except OSError as error:
             if latest is not None and not latest.is_link and latest.refused is not None:
                 continue  # refused before and still unreadable
-            version = split_version(latest.file)[1] + 1 if latest else 1
-            plan.refusals.append(_unreadable(replace(landing_file, version=version), error))
+            arrival = next_version(landing_file.batch, landing_file.name) if latest else None
+            plan.refusals.append(_unreadable(replace(landing_file, arrival=arrival), error))
             continue
         seen = replace(landing_file, size=size, mtime_ns=mtime_ns, sha256=sha256)
-        if latest is not None and not latest.is_link:
-            version = split_version(latest.file)[1]
-            if latest.sha256 is None or latest.sha256 == sha256:
-                plan.touched.append((replace(seen, version=version), latest))
-                continue
-        version = split_version(latest.file)[1] + 1 if latest else 1
-        seen = replace(seen, version=version)
+        same_content = latest is not None and latest.sha256 in (None, sha256)
+        if latest is not None and not latest.is_link and same_content:
+            arrival = latest.file if latest.file != seen.name else None
+            plan.touched.append((replace(seen, arrival=arrival), latest))
+            continue
+        if latest is None:
+            plan.pending.append(seen)
+            continue
+        seen = replace(seen, arrival=next_version(seen.batch, seen.name))
         plan.pending.append(seen)
-        if version > 1:
-            plan.changed_versions.append(seen)
+        plan.changed_versions.append(seen)
     return plan
 
 

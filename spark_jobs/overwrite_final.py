@@ -26,7 +26,6 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import StringType, StructField, StructType
 
 from cdc_pipeline.config import TableConfig
-from cdc_pipeline.errors import ConcurrentWriteError
 from cdc_pipeline.intervals import Interval
 from spark_jobs import delta, history
 from spark_jobs.common import StepArgs, StepContext, StepReport, run_step
@@ -37,7 +36,6 @@ from spark_jobs.transforms import (
     latest_change_per_key,
 )
 
-MAX_ATTEMPTS = 10
 ROUTE = delta.ROUTE_COLUMN  # "final" or "tombstones": which table an output row is for
 REMEMBERED = "_cdc_remembered"  # a ranked row that came from tombstones
 FROM_CHANGE = "_cdc_from_change"  # a ranked row that came from the interval's changes
@@ -248,8 +246,9 @@ def _small(frame: DataFrame, broadcast: bool) -> DataFrame:
     return F.broadcast(frame) if broadcast else frame
 
 
-def _as_changes(frame: DataFrame, columns: Sequence[str], flag: str) -> DataFrame:
-    """Rows of final or tombstones shaped like staged changes, flagged `flag`."""
+def as_changes(frame: DataFrame, columns: Sequence[str], flag: str) -> DataFrame:
+    """Rows of final or tombstones shaped like staged changes (`columns`, staging's), flagged
+    `flag`: U for final's rows, D for tombstones (their other columns null)."""
     present = set(frame.columns)
     return frame.select(
         *[F.col(c) if c in present else F.lit(None).alias(c) for c in columns if c != FLAG],
@@ -312,12 +311,12 @@ def plan_rewrite(
             *change_columns, F.lit(False).alias(REMEMBERED), F.lit(True).alias(FROM_CHANGE)
         )
         .unionByName(
-            _as_changes(current, change_columns, "U")
+            as_changes(current, change_columns, "U")
             .withColumn(REMEMBERED, F.lit(False))
             .withColumn(FROM_CHANGE, F.lit(False))
         )
         .unionByName(
-            _as_changes(remembered, change_columns, "D")
+            as_changes(remembered, change_columns, "D")
             .withColumn(REMEMBERED, F.lit(True))
             .withColumn(FROM_CHANGE, F.lit(False))
         )
@@ -417,7 +416,10 @@ def apply_changes(context: StepContext, changes: DataFrame, report: StepReport) 
                 if changed.lookup is not changed.frame
                 else report.counts["keys"]
             )
-        for attempt in range(1, MAX_ATTEMPTS + 1):
+
+        def attempt_rewrite(attempt: int) -> int | None:
+            """One attempt from fresh snapshots; its number when done, None after a lost race."""
+            nonlocal tombstones_added
             final = delta.load_snapshot(paths.final)
             tombstones = delta.load_snapshot(paths.tombstones)  # after final: see the run order
             plan = plan_rewrite(context, changes, changed, final, tombstones, attempt)
@@ -425,11 +427,9 @@ def apply_changes(context: StepContext, changes: DataFrame, report: StepReport) 
                 if plan.changes_nothing():
                     # A rerun of an applied interval: nothing to commit, final keeps its version.
                     report.counts.update(
-                        partitions_rewritten=0,
-                        rows_written=0,
-                        final_version=final.version,
+                        partitions_rewritten=0, rows_written=0, final_version=final.version
                     )
-                    break
+                    return attempt
                 run_id = delta.new_run_id()
                 written = delta.write_routed(plan.output, routes, run_id, table.zorder_by)
             finally:
@@ -438,23 +438,21 @@ def apply_changes(context: StepContext, changes: DataFrame, report: StepReport) 
             if new_tombstones.actions:
                 # Before final, so a delete is never applied without being remembered.
                 remembered = delta.try_commit(
-                    tombstones, new_tombstones, "append", "tombstones", run_id, attempt
+                    tombstones, new_tombstones, "append", "tombstones", run_id
                 )
                 if remembered is None:
                     new_final.delete()
-                    continue
+                    return None
                 tombstones_added += new_tombstones.rows
                 if remembered.interfering_versions:
                     # Another run may have remembered the same deletes: keep one copy of each.
-                    delta.remove_duplicate_rows(
-                        context.spark, paths.tombstones, "tombstones", MAX_ATTEMPTS
-                    )
+                    delta.remove_duplicate_rows(context.spark, paths.tombstones, "tombstones")
             if plan.touched is not None and not plan.touched:
                 new_final.delete()
                 report.counts.update(
                     partitions_rewritten=0, rows_written=0, final_version=final.version
                 )
-                break
+                return attempt
             delta.inject_fault("overwrite_final:before_commit")
             # Exclusive: the result holds only if final did not change since it was read (an
             # OPTIMIZE or another run creating the same partition would not conflict).
@@ -464,27 +462,23 @@ def apply_changes(context: StepContext, changes: DataFrame, report: StepReport) 
                 "overwrite",
                 "overwrite_final",
                 run_id,
-                attempt,
                 _partition_filters(table, plan.touched),
                 exclusive=True,
             )
             if result is None:
-                continue
+                return None
             delta.inject_fault("overwrite_final:after_commit")
             report.counts.update(
                 partitions_rewritten=len(plan.touched) if plan.touched is not None else 1,
                 rows_written=new_final.rows,
                 final_version=result.version,
             )
-            break
-        else:
-            raise ConcurrentWriteError(
-                f"table {table.name}: other runs kept committing to final ({MAX_ATTEMPTS} attempts); "
-                "nothing was lost, run the step again"
-            )
+            return attempt
+
+        attempts = delta.with_retries(f"table {table.name}: final", attempt_rewrite)
     finally:
         changed.release()
-    report.counts.update(tombstones_added=tombstones_added, attempts=attempt)
+    report.counts.update(tombstones_added=tombstones_added, attempts=attempts)
 
 
 def changed_keys_in_spark(context: StepContext, changes: DataFrame, broadcast: bool) -> ChangedKeys:
@@ -554,7 +548,8 @@ def append_inserts(context: StepContext, changes: DataFrame, report: StepReport)
     partitions = None
     if table.partition_column:
         partitions = delta.partition_values_of(changes, table.partition_column)
-    for attempt in range(1, MAX_ATTEMPTS + 1):
+
+    def attempt_append(attempt: int) -> int | None:
         final = delta.load_snapshot(paths.final)
         existing = delta.read_snapshot(spark, final, partitions=partitions, columns=identity)
         fresh = fresh_candidates.join(existing, on=identity, how="left_anti")
@@ -564,17 +559,18 @@ def append_inserts(context: StepContext, changes: DataFrame, report: StepReport)
             rows_written=written.rows, partitions_rewritten=0, final_version=final.version
         )
         if not written.actions:
-            break
+            return attempt
         delta.inject_fault("overwrite_final:before_commit")
-        result = delta.try_commit(final, written, "append", "append_inserts", run_id, attempt)
+        result = delta.try_commit(final, written, "append", "append_inserts", run_id)
         if result is None:
-            continue
+            return None
         report.counts["final_version"] = result.version
         if result.interfering_versions:
             # A concurrent append may hold the same events: remove duplicates where they can be.
             report.counts["final_version"] = remove_duplicate_events(context, partitions)
-        break
-    report.counts["attempts"] = attempt
+        return attempt
+
+    report.counts["attempts"] = delta.with_retries(f"table {table.name}: final", attempt_append)
 
 
 def remove_duplicate_events(context: StepContext, partitions: set[Any] | None) -> int:
@@ -582,7 +578,8 @@ def remove_duplicate_events(context: StepContext, partitions: set[Any] | None) -
     table, paths, spark = context.table, context.paths, context.spark
     identity = [*table.keys, *table.sequence_by]
     partition_by = [table.partition_column] if table.partition_column else []
-    for attempt in range(1, MAX_ATTEMPTS + 1):
+
+    def attempt(_: int) -> int | None:
         final = delta.load_snapshot(paths.final)
         rows = delta.read_snapshot(spark, final, partitions=partitions)
         duplicates = rows.groupBy(*identity).count().filter(F.col("count") > 1).limit(1).count()
@@ -599,15 +596,30 @@ def remove_duplicate_events(context: StepContext, partitions: set[Any] | None) -
             "overwrite",
             "deduplicate",
             run_id,
-            attempt,
             _partition_filters(table, partitions),
             exclusive=True,
         )
-        if result is not None:
-            return result.version
-    raise ConcurrentWriteError(
-        f"table {table.name}: could not remove duplicate events; run the step again"
-    )
+        return None if result is None else result.version
+
+    return delta.with_retries(f"table {table.name}: removing duplicate events", attempt)
+
+
+def history_seed(context: StepContext, columns: Sequence[str]) -> DataFrame | None:
+    """What is known before history starts, as changes (staging's `columns`): every change still
+    in staging, final's rows and the remembered deletes (seeding a new history log)."""
+    spark, paths = context.spark, context.paths
+    parts = []
+    for path, flag in ((paths.staging, None), (paths.final, "U"), (paths.tombstones, "D")):
+        snapshot = delta.load_snapshot(path)
+        if snapshot.exists and snapshot.files:
+            rows = delta.read_snapshot(spark, snapshot)
+            parts.append(rows.select(*columns) if flag is None else as_changes(rows, columns, flag))
+    if not parts:
+        return None
+    result = parts[0]
+    for part in parts[1:]:
+        result = result.unionByName(part)
+    return result
 
 
 def run_overwrite_final(context: StepContext, interval: Interval) -> StepReport:
@@ -637,7 +649,7 @@ def run_overwrite_final(context: StepContext, interval: Interval) -> StepReport:
             if table.history:
                 seed = None
                 if not delta.load_snapshot(paths.history_log).exists:
-                    seed = history.existing_state(context, changes.columns)
+                    seed = history_seed(context, changes.columns)
                 history.update_history(context, changes, seed, report)
     finally:
         changes.unpersist()

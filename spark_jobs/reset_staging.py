@@ -13,10 +13,9 @@ from collections.abc import Sequence
 
 from pyspark.sql import DataFrame
 
-from cdc_pipeline.errors import ConcurrentWriteError
 from spark_jobs import delta, history
 from spark_jobs.common import StepArgs, StepContext, StepReport, run_step
-from spark_jobs.overwrite_final import MAX_ATTEMPTS, _as_changes
+from spark_jobs.overwrite_final import as_changes
 from spark_jobs.transforms import BATCH, latest_arrival_per_key_and_sequence, latest_change_per_key
 
 
@@ -36,11 +35,11 @@ def compacted_staging(context: StepContext, staging: delta.Snapshot) -> DataFram
         return pending.join(current.select(*identity), on=identity, how="left_anti")
     candidates = staged
     if current is not None:
-        candidates = candidates.unionByName(_as_changes(current, columns, "U"))
+        candidates = candidates.unionByName(as_changes(current, columns, "U"))
     tombstones = delta.load_snapshot(paths.tombstones)
     if tombstones.exists:
         candidates = candidates.unionByName(
-            _as_changes(delta.read_snapshot(spark, tombstones), columns, "D")
+            as_changes(delta.read_snapshot(spark, tombstones), columns, "D")
         )
     return latest_change_per_key(candidates, table.keys, table.sequence_by).select(*columns)
 
@@ -49,29 +48,29 @@ def run_reset_staging(context: StepContext) -> StepReport:
     """Replace staging by its compacted form in one overwrite commit."""
     paths = context.paths
     report = StepReport("reset-staging", context.table.name)
-    for attempt in range(1, MAX_ATTEMPTS + 1):
+
+    def attempt(number: int) -> StepReport | None:
         staging = delta.load_snapshot(paths.staging)
         if not staging.exists:
             report.counts.update(rows_before=0, rows_after=0, staging_version=-1)
             return report
-        if context.table.history and attempt == 1:
+        if context.table.history and number == 1:
             history.flush_staging(context, delta.read_snapshot(context.spark, staging), report)
         rows = compacted_staging(context, staging)
         run_id = delta.new_run_id()
         written = delta.write_files(rows, paths.staging, [BATCH], run_id)
         delta.inject_fault("reset_staging:before_commit")
-        result = delta.try_commit(staging, written, "overwrite", "reset_staging", run_id, attempt)
+        result = delta.try_commit(staging, written, "overwrite", "reset_staging", run_id)
         if result is None:
-            continue
+            return None
         report.counts.update(
             rows_before=staging.num_records,
             rows_after=written.rows,
             staging_version=result.version,
         )
         return report
-    raise ConcurrentWriteError(
-        f"table {context.table.name}: reset-staging kept conflicting; run it again"
-    )
+
+    return delta.with_retries(f"table {context.table.name}: reset-staging", attempt)
 
 
 def reset_staging_step(context: StepContext, args: StepArgs) -> StepReport:

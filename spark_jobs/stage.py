@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import re
 import sys
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from functools import reduce
 from pathlib import Path
@@ -17,7 +19,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import LongType, StringType, StructField, StructType
 
 from cdc_pipeline.config import TableConfig
-from cdc_pipeline.errors import ConfigError, InputError
+from cdc_pipeline.errors import CdcError, ConfigError, InputError
 from cdc_pipeline.intervals import Interval
 from cdc_pipeline.schema import plan_schema
 from spark_jobs import delta, landing, snapshots
@@ -35,6 +37,7 @@ from spark_jobs.transforms import (
     ROW,
     good_changes,
     quarantined_changes,
+    quoted,
     type_changes,
 )
 
@@ -248,16 +251,52 @@ def run_stage(context: StepContext, interval: Interval) -> StepReport:
     per_file: list[Any] = []
     release: list[Callable[[], Any]] = []
     if to_read:
-        good, bad, per_file, release = _typed_changes(
-            context, interval, staging, to_read, parquet, snapshot_batch, in_staging, counts
+        read_args = (interval, staging, snapshot_batch, in_staging, counts)
+        try:
+            good, bad, per_file, release = _typed_changes(context, to_read, parquet, *read_args)
+        except CdcError:
+            raise
+        except Exception as error:
+            if table.file_format != "parquet":
+                raise
+            unreadable = _files_spark_cannot_read(spark, to_read, error)
+            if is_snapshot:
+                _check_extract_files(table, interval, [], unreadable)
+            refusals += unreadable
+            refused |= {(r.batch, r.file) for r in unreadable}
+            to_read = [f for f in to_read if f.ident not in refused]
+            counts["files_refused"] += len(unreadable)
+            for refusal in unreadable:
+                warn(
+                    f"table {table.name}: {interval}: file {refusal.relative} refused "
+                    f"(quarantined): {refusal.reason}"
+                )
+            parquet = landing.plan_parquet(to_read, table.columns, table.flag_source)
+            good, bad, per_file, release = (
+                _typed_changes(context, to_read, parquet, *read_args)
+                if to_read
+                else (None, None, [], [])
+            )
+    if good is not None and bad is not None and snapshot_batch is None:
+        # A crash between the staging, quarantine and ledger commits leaves file versions in
+        # staging or quarantine that the ledger does not know; their file may have changed since.
+        settled = _settle_unrecorded(
+            context, ledger, pending, good, bad, per_file, in_staging, in_quarantine, files, refused
         )
+        good, bad, per_file, pending = settled.good, settled.bad, settled.per_file, settled.pending
+        ledger_rows += [
+            landing.ledger_row(None, batch, file, staged_rows, quarantined_rows, None, now, run_id)
+            for batch, file, staged_rows, quarantined_rows in settled.recorded
+        ]
+    if good is not None and bad is not None:
         # A file that changed while Spark read it is left for the next run (its next version).
-        moved = [f for f in to_read if landing.has_changed(f)]
-        if moved and snapshot_batch is not None:
+        changed = [f for f in to_read if landing.has_changed(f)]
+        if changed and snapshot_batch is not None:
             raise InputError(
-                f"table {table.name}: {interval}: the extract file {moved[0].relative} changed "
+                f"table {table.name}: {interval}: the extract file {changed[0].relative} changed "
                 "while it was read; nothing was staged: rerun the interval once it is complete"
             )
+        moved = [f for f in pending if f.path in {c.path for c in changed}]
         if moved:
             counts["files_deferred"] += len(moved)
             warn(
@@ -325,19 +364,22 @@ def run_stage(context: StepContext, interval: Interval) -> StepReport:
 
 def _typed_changes(
     context: StepContext,
-    interval: Interval,
-    staging: delta.Snapshot,
     to_read: Sequence[LandingFile],
     parquet: ParquetPlan | None,
+    interval: Interval,
+    staging: delta.Snapshot,
     snapshot_batch: str | None,
     in_staging: set[tuple[str, str]],
     counts: dict[str, Any],
-) -> tuple[DataFrame, DataFrame, list[Any], list[Callable[[], Any]]]:
-    """Read and type the files: (good rows, bad rows, per-file counts, frames to unpersist)."""
+) -> tuple[DataFrame, DataFrame, list[dict[str, Any]], list[Callable[[], Any]]]:
+    """Read and type the files: (good rows, bad rows, per-file counts, frames to unpersist).
+
+    Good rows of files already in staging are dropped for a snapshot extract only; for change
+    files `_settle_unrecorded` decides (the file may have changed since)."""
     spark, table, paths = context.spark, context.table, context.paths
     read = read_landing(spark, table, to_read, parquet)
     raw = read.frame
-    versions = {(f.batch, f.name): f.file for f in to_read if f.version > 1}
+    versions = {(f.batch, f.name): f.file for f in to_read if f.is_new_version}
     if versions:
         raw = raw.withColumn(FILE, _arrival_names(versions))
     if snapshot_batch is not None:
@@ -376,14 +418,22 @@ def _typed_changes(
         if is_snapshot:
             typed = snapshots.with_hashes(typed, table, list(column_types))
         typed = typed.persist()
-        per_file = (
-            typed.groupBy(BATCH, FILE)
-            .agg(
-                F.sum(F.when(F.col(REASON).isNull(), 1).otherwise(0)).alias("good"),
-                F.sum(F.when(F.col(REASON).isNotNull(), 1).otherwise(0)).alias("bad"),
-            )
-            .collect()  # metadata: one row per file
-        )
+        try:
+            # The first action over the rows: a file Spark cannot read fails here, before any
+            # write.
+            per_file = [
+                r.asDict()
+                for r in typed.groupBy(BATCH, FILE)
+                .agg(
+                    F.sum(F.when(F.col(REASON).isNull(), 1).otherwise(0)).alias("good"),
+                    F.sum(F.when(F.col(REASON).isNotNull(), 1).otherwise(0)).alias("bad"),
+                )
+                .collect()  # metadata: one row per file
+            ]
+        except Exception:
+            typed.unpersist()
+            read.release()
+            raise
     except AnalysisException as error:
         message = str(error).strip().splitlines()[0]
         raise ConfigError(f"table {table.name}: partition_expression: {message}") from None
@@ -403,10 +453,206 @@ def _typed_changes(
         counts.update(operations)
         good = derived
         release.append(derived.unpersist)
-    good = good.filter(~file_key.isin([f"{b}/{n}" for b, n in in_staging]))
+        good = good.filter(~file_key.isin([f"{b}/{n}" for b, n in in_staging]))
     bad = quarantined_changes(typed, table, column_types)
     release.append(read.release)
     return good, bad, per_file, release
+
+
+def _files_spark_cannot_read(
+    spark: SparkSession, files: Sequence[LandingFile], error: Exception
+) -> list[Refusal]:
+    """The Parquet files whose data Spark cannot read on their own: one full read of each (only
+    after the whole hour's read failed); re-raises `error` when every file reads alone."""
+    refusals = []
+    for landing_file in files:
+        try:
+            # The noop sink reads every row of every column and writes nothing.
+            spark.read.parquet(str(landing_file.path)).write.format("noop").mode("overwrite").save()
+        except Exception as own:
+            reason = (
+                f"unreadable Parquet file {landing_file.name} ({landing_file.size} bytes): its "
+                f"footer reads but its data does not ({_spark_cause(own)})"
+            )
+            refusals.append(
+                Refusal(
+                    landing_file.batch,
+                    landing_file.file,
+                    landing_file.relative,
+                    reason,
+                    landing_file,
+                )
+            )
+    if not refusals:
+        raise error
+    return refusals
+
+
+def _spark_cause(error: Exception) -> str:
+    """The innermost cause a Spark error names, in a few words (never a path or a trace)."""
+    text = str(error)
+    causes = re.findall(r"Caused by: ([\w.$]+(?:Exception|Error))(?:: ([^\n]*))?", text)
+    if causes:
+        kind, message = causes[-1]
+        short = kind.rsplit(".", 1)[-1]
+        message = re.sub(r"(file:)?/\S+", "<file>", message or "").strip()
+        return f"{short}: {message}"[:200].rstrip(": ")
+    error_class = re.search(r"\[([A-Z_.]+)\]", text)
+    return error_class.group(1) if error_class else type(error).__name__
+
+
+@dataclass
+class Settled:
+    """Change rows after the versions an earlier, crashed run left unrecorded were settled."""
+
+    good: DataFrame
+    bad: DataFrame
+    per_file: list[dict[str, Any]]
+    pending: list[LandingFile]
+    recorded: list[tuple[str, str, int, int]] = field(default_factory=list)  # for the ledger
+
+
+def _settle_unrecorded(
+    context: StepContext,
+    ledger: dict[tuple[str, str], landing.LedgerEntry],
+    pending: list[LandingFile],
+    good: DataFrame,
+    bad: DataFrame,
+    per_file: list[dict[str, Any]],
+    in_staging: set[tuple[str, str]],
+    in_quarantine: set[tuple[str, str]],
+    files: landing.FilePlan,
+    refused: set[tuple[str, str]],
+) -> Settled:
+    """Drop the rows staging or quarantine already hold, and give changed files a new version.
+
+    Staging commits before quarantine, and both before the ledger. A run killed in between leaves
+    a file version in staging (and maybe quarantine) that the ledger does not know. When the file
+    still holds the same rows, this run's copy is dropped table by table; when it changed since,
+    it is a new version (numbered after every version the tables hold), never mistaken for the
+    one already staged; the unrecorded version gets its ledger row (content unknown). A version
+    only quarantine holds (a file without good rows, or a batch refused for its schema) keeps
+    its identity; its rows are dropped when quarantine holds exactly them. The rows are compared
+    only on this recovery path (a few actions per file)."""
+    spark, paths = context.spark, context.paths
+    settled = Settled(good, bad, per_file, list(pending))
+    staged_unrecorded = in_staging - set(ledger)
+    quarantined_unrecorded = in_quarantine - set(ledger)
+    if not staged_unrecorded and not quarantined_unrecorded:
+        return settled
+    renames: dict[tuple[str, str], str] = {}
+    skip_staging: set[tuple[str, str]] = set()
+    skip_quarantine: set[tuple[str, str]] = set()
+    recorded: set[tuple[str, str]] = set()
+    staging = delta.load_snapshot(paths.staging)
+    quarantine = delta.load_snapshot(paths.quarantine)
+    held = in_staging | in_quarantine
+    for index, landing_file in enumerate(settled.pending):
+        if landing_file.ident in refused:
+            continue
+        crashed = sorted(
+            (
+                file
+                for batch, file in staged_unrecorded
+                if batch == landing_file.batch
+                and landing.split_version(file)[0] == landing_file.name
+            ),
+            key=lambda file: landing.split_version(file)[1],
+        )
+        if not crashed:
+            if landing_file.ident in quarantined_unrecorded and _holds_same_rows(
+                spark, quarantine, bad, landing_file, landing_file.file
+            ):
+                skip_quarantine.add(landing_file.ident)
+            continue
+        last = crashed[-1]
+        ident = (landing_file.batch, last)
+        same = _holds_same_rows(spark, staging, good, landing_file, last) and (
+            ident not in in_quarantine
+            or _holds_same_rows(spark, quarantine, bad, landing_file, last)
+        )
+        if same:
+            target = last
+            skip_staging.add(ident)
+            if ident in in_quarantine:
+                skip_quarantine.add(ident)
+            recorded |= {(landing_file.batch, file) for file in crashed[:-1]}
+        else:
+            taken = landing.latest_sequence(f for b, f in held if b == landing_file.batch)
+            sequence = max(files.sequences.get(landing_file.batch, 0), taken) + 1
+            files.sequences[landing_file.batch] = sequence
+            target = landing.versioned_name(landing_file.name, sequence)
+            recorded |= {(landing_file.batch, file) for file in crashed}
+        if target != landing_file.file:
+            renames[landing_file.ident] = target
+            arrival = None if target == landing_file.name else target
+            settled.pending[index] = replace(landing_file, arrival=arrival)
+    if renames:
+        settled.good = settled.good.withColumn(FILE, _arrival_names(renames))
+        settled.bad = settled.bad.withColumn(FILE, _arrival_names(renames))
+        settled.per_file = [
+            {**r, FILE: renames.get((r[BATCH], r[FILE]), r[FILE])} for r in settled.per_file
+        ]
+    file_key = F.concat_ws("/", F.col(BATCH), F.col(FILE))
+    if skip_staging:
+        settled.good = settled.good.filter(~file_key.isin([f"{b}/{f}" for b, f in skip_staging]))
+    if skip_quarantine:
+        settled.bad = settled.bad.filter(~file_key.isin([f"{b}/{f}" for b, f in skip_quarantine]))
+    in_tables = (
+        _row_counts(spark, staging, sorted(recorded)),
+        _row_counts(spark, quarantine, sorted(recorded)),
+    )
+    settled.recorded = [
+        (batch, file, in_tables[0].get((batch, file), 0), in_tables[1].get((batch, file), 0))
+        for batch, file in sorted(recorded)
+    ]
+    return settled
+
+
+def _holds_same_rows(
+    spark: SparkSession,
+    snapshot: delta.Snapshot,
+    rows: DataFrame,
+    landing_file: LandingFile,
+    held_as: str,
+) -> bool:
+    """Whether the table holds, as `held_as`, exactly the rows (as text) this run read from the
+    file."""
+    current = rows.filter(
+        (F.col(BATCH) == landing_file.batch) & (F.col(FILE) == landing_file.file)
+    ).withColumn(FILE, F.lit(held_as))
+    if snapshot.schema is None:
+        return current.limit(1).count() == 0
+    # Not the reason: a max_sequence_ahead reason names the time of its run.
+    columns = [c for c in current.columns if c in snapshot.schema.fieldNames() and c != REASON]
+    stored = delta.read_snapshot(
+        spark, snapshot, partitions=[landing_file.batch], columns=columns
+    ).filter(F.col(FILE) == held_as)
+    as_text = [F.col(quoted(c)).cast("string").alias(c) for c in columns]
+    mine, theirs = current.select(*as_text), stored.select(*as_text)
+    return mine.exceptAll(theirs).limit(1).count() == 0 and (
+        theirs.exceptAll(mine).limit(1).count() == 0
+    )
+
+
+def _row_counts(
+    spark: SparkSession, snapshot: delta.Snapshot, idents: Sequence[tuple[str, str]]
+) -> dict[tuple[str, str], int]:
+    """Rows a staging-like table holds for each (batch, file)."""
+    if not idents or not snapshot.exists:
+        return {}
+    batches = sorted({b for b, _ in idents})
+    if not snapshot.files_in(batches):
+        return {}
+    frame = delta.read_snapshot(spark, snapshot, partitions=batches, columns=[BATCH, FILE])
+    keys = [f"{b}/{f}" for b, f in idents]
+    rows = (
+        frame.filter(F.concat_ws("/", F.col(BATCH), F.col(FILE)).isin(keys))
+        .groupBy(BATCH, FILE)
+        .count()
+        .collect()  # metadata: one row per file
+    )
+    return {(r[BATCH], r[FILE]): int(r["count"]) for r in rows}
 
 
 def _arrival_names(versions: dict[tuple[str, str], str]) -> Column:

@@ -13,6 +13,7 @@ from pyspark.sql import functions as F
 
 from cdc_pipeline.config import TableConfig
 from cdc_pipeline.durations import parse_duration
+from cdc_pipeline.schema import normalize_type
 
 FLAG = "_cdc_flag"
 BATCH = "_cdc_batch"
@@ -31,9 +32,11 @@ RAW_PREFIX = "__raw_"
 MIN_MICROS, MAX_MICROS = -62135596800000000, 253402300799999999
 MIN_DAYS, MAX_DAYS = -719162, 2932896
 OUT_OF_RANGE = "is outside the years 0001 to 9999"
+NOT_FINITE = "is not a finite number (NaN and infinities are refused)"
 # Debezium's source time (epoch milliseconds) is a time too, for max_sequence_ahead.
 EPOCH_MILLIS_COLUMNS = ("_cdc_source_ts_ms",)
 TIME_TYPES = ("date", "timestamp", "timestamp_ntz")
+FLOAT_TYPES = ("float", "double")
 
 
 def raw_name(column: str) -> str:
@@ -108,6 +111,15 @@ def _outside_years(value: Column, spark_type: str) -> Column:
     return (micros < MIN_MICROS) | (micros > MAX_MICROS)
 
 
+def _not_finite(value: Column, spark_type: str) -> Column | None:
+    """True when a float or double is NaN or infinite (`1e999`, `NaN`, `Infinity`, or a value
+    beyond a float's range): final never holds a value no comparison or sum can use. None for
+    other types (an integer or decimal too large for its type is already an unparsable value)."""
+    if normalize_type(spark_type) not in FLOAT_TYPES:
+        return None
+    return F.isnan(value) | (F.abs(value) == F.lit(float("inf")))
+
+
 def _ahead_of(value: Column, spark_type: str, column: str, limit: datetime) -> Column | None:
     """True when a sequence value lies after `limit` (None: the column is not a time)."""
     if column in EPOCH_MILLIS_COLUMNS:
@@ -151,6 +163,19 @@ def quarantine_reason(
         if column not in identity:
             # A delete needs only its key and sequence; its other values are never used.
             unparsable = unparsable & ~is_delete
+        not_finite = _not_finite(F.col(column), spark_type)
+        if not_finite is not None:
+            # Also for a delete: its values are staged with it.
+            checks.append(
+                F.when(
+                    not_finite,
+                    F.concat(
+                        F.lit(f"value out of range in {column}: '"),
+                        F.col(raw_name(column)),
+                        F.lit(f"' {NOT_FINITE}"),
+                    ),
+                )
+            )
         checks.append(
             F.when(
                 unparsable,

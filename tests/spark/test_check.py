@@ -2,7 +2,8 @@
 
 The good table is built once by the real steps; each test copies it and breaks one invariant by
 writing the Delta tables directly with deltalake, as a buggy writer would. Also here: a rerun
-of an applied interval commits nothing (flat and snapshot tables), and the table stays ok.
+of an applied interval commits nothing to any table, history included (flat and snapshot
+tables), and the table stays ok.
 """
 
 from __future__ import annotations
@@ -20,11 +21,13 @@ from cdc_pipeline.config import TableConfig
 from spark_jobs.check import CHECK_FILE, exit_code, main, run_check
 from spark_jobs.reset_staging import run_reset_staging
 from spark_jobs.stage import run_stage
-from tests.helpers import Workspace, interval, table_rows
+from tests.helpers import Workspace, interval, table_rows, ts
 from tests.spark.steps import context, run
 
 pytestmark = pytest.mark.spark
 ARRIVAL = ("_cdc_batch", "_cdc_file", "_cdc_row")
+COMMITTED = ("final", "tombstones", "history_log", "history")  # the tables overwrite-final writes
+HISTORY = ["ID", "VALUE", "_cdc_valid_from", "_cdc_valid_to", "_cdc_is_current", "_cdc_is_deleted"]
 
 ROW = {
     "name": "t",
@@ -58,6 +61,19 @@ def land_story(ws: Workspace) -> None:
             {"FLAG": "D", "ID": 3, "TS": "2024-01-01 01:00:02"},
         ],
     )
+
+
+# The story's history: 2's move opens a version, 3's delete closes its only one.
+STORY_HISTORY = sorted(
+    [
+        (1, "v1", ts("2024-01-01T00:00:01Z"), None, True, False),
+        (2, "v2", ts("2024-01-01T00:00:01Z"), ts("2024-01-01T01:00:01Z"), False, False),
+        (2, "moved", ts("2024-01-01T01:00:01Z"), None, True, False),
+        (3, "v3", ts("2024-01-01T00:00:01Z"), ts("2024-01-01T01:00:02Z"), False, True),
+        (4, "v4", ts("2024-01-01T00:00:01Z"), None, True, False),
+    ],
+    key=repr,
+)
 
 
 @pytest.fixture(scope="module")
@@ -219,14 +235,19 @@ def test_a_rerun_of_an_applied_interval_commits_nothing(
     spark: Any, workspace: Workspace, table: TableConfig
 ) -> None:
     paths = workspace.paths("t")
-    before = {n: version(getattr(paths, n)) for n in ("final", "tombstones")}
+    before = {n: version(getattr(paths, n)) for n in COMMITTED}
     rows = table_rows(paths.final)
+    history = table_rows(paths.history, HISTORY)
+    assert history == STORY_HISTORY
     for start, end in (("2024-01-01T01", "2024-01-01T02"), ("2024-01-01T00", "2024-01-01T01")):
         staged, applied = run(spark, workspace, table, start, end)
         assert (staged.counts["new_files"], applied.counts["rows_written"]) == (0, 0)
         assert applied.counts["final_version"] == before["final"]
-    assert {n: version(getattr(paths, n)) for n in ("final", "tombstones")} == before
+        assert applied.counts["history_version"] == before["history"]
+        assert applied.counts["history_rows_written"] == 0
+    assert {n: version(getattr(paths, n)) for n in COMMITTED} == before
     assert table_rows(paths.final) == rows
+    assert table_rows(paths.history, HISTORY) == STORY_HISTORY
     assert check(spark, workspace, table)[1] == 0
 
 
@@ -238,6 +259,7 @@ def test_a_rerun_of_an_applied_extract_commits_nothing(spark: Any, workspace: Wo
             "file_format": "csv",
             "columns": {"ID": "bigint", "VALUE": "string"},
             "keys": ["ID"],
+            "history": True,
         }
     )["s"]
     extracts = {0: [(1, "a"), (2, "b"), (3, "c")], 1: [(1, "a"), (2, "B"), (4, "d")]}
@@ -247,9 +269,59 @@ def test_a_rerun_of_an_applied_extract_commits_nothing(spark: Any, workspace: Wo
         )
         run(spark, workspace, table, f"2024-01-01T0{hour}", f"2024-01-01T0{hour + 1}")
     paths = workspace.paths("s")
-    before = {n: version(getattr(paths, n)) for n in ("final", "tombstones")}
+    before = {n: version(getattr(paths, n)) for n in COMMITTED}
     _, applied = run(spark, workspace, table, "2024-01-01T01", "2024-01-01T02")
     assert applied.counts["final_version"] == before["final"]
-    assert {n: version(getattr(paths, n)) for n in ("final", "tombstones")} == before
+    assert applied.counts["history_version"] == before["history"]
+    assert {n: version(getattr(paths, n)) for n in COMMITTED} == before
     assert table_rows(paths.final, ["ID", "VALUE"]) == [(1, "a"), (2, "B"), (4, "d")]
+    hour = [ts(f"2024-01-01T0{h}:00:00Z") for h in (0, 1)]
+    assert table_rows(paths.history, ["ID", "VALUE", *HISTORY[2:]]) == sorted(
+        [
+            (1, "a", hour[0], None, True, False),
+            (2, "b", hour[0], hour[1], False, False),
+            (2, "B", hour[1], None, True, False),
+            (3, "c", hour[0], hour[1], False, True),
+            (4, "d", hour[1], None, True, False),
+        ],
+        key=repr,
+    )
     assert check(spark, workspace, table)[1] == 0
+
+
+def test_an_insert_only_table_counts_events_and_names_a_repeated_or_moved_one(
+    spark: Any, workspace: Workspace
+) -> None:
+    table = workspace.configure(
+        {
+            "name": "e",
+            "file_format": "csv",
+            "columns": {"ID": "bigint", "SEQ": "int", "P": "int"},
+            "keys": ["ID"],
+            "sequence_by": ["SEQ"],
+            "insert_only": True,
+            "partition_expression": "P",
+            "partition_column": "P_PART",
+        }
+    )["e"]
+    events = [{"ID": 1, "SEQ": 1, "P": 1}, {"ID": 1, "SEQ": 2, "P": 1}, {"ID": 2, "SEQ": 1, "P": 2}]
+    workspace.land("e", "2024-01-01T00", "a.csv", [{"FLAG": "I", **e} for e in events])
+    run(spark, workspace, table, "2024-01-01T00", "2024-01-01T01")
+    line, code = check(spark, workspace, table)
+    assert line.startswith("check e: ok keys=3 versions=final@") and code == 0
+    final = workspace.paths("e").final
+    rows = DeltaTable(str(final)).to_pyarrow_table().to_pylist()
+    event = {(r["ID"], r["SEQ"]): r for r in rows}
+    append(final, [event[(1, 2)]])
+    assert check(spark, workspace, table) == (
+        f"check e: BREACH duplicate events in final: 1 event, e.g. ID=1,SEQ=2 "
+        f"(version {version(final)})",
+        1,
+    )
+    append(final, [{**event[(2, 1)], "P": 3, "P_PART": 3}])
+    assert check(spark, workspace, table) == (
+        f"check e: BREACH duplicate events in final: 1 event, e.g. ID=1,SEQ=2 "
+        f"(version {version(final)}); keys in two partitions of final: 1 key, e.g. ID=2,SEQ=1 "
+        f"(version {version(final)})",
+        1,
+    )

@@ -57,6 +57,13 @@ def people(workspace: Workspace, **extra: Any):  # type: ignore[no-untyped-def]
     return workspace.configure(row)["people"]
 
 
+def versions(workspace: Workspace) -> dict[str, int]:
+    """The Delta version of each table of `people` a run commits to."""
+    paths = workspace.paths("people")
+    names = ("final", "tombstones", "history_log", "history")
+    return {n: DeltaTable(str(getattr(paths, n))).version() for n in names}
+
+
 def history_rows(workspace: Workspace, columns: list[str] = VERSION) -> list[tuple]:
     return table_rows(workspace.paths("people").history, columns)
 
@@ -84,9 +91,11 @@ def test_seed_003_three_batches(spark, workspace: Workspace) -> None:
         workspace.land("people", hour, "events.csv", events)
     apply_hours(spark, workspace, table, ["2024-01-01T00", "2024-01-01T01", "2024-01-01T02"])
     assert history_rows(workspace) == EXPECTED
-    # A rerun of every interval changes nothing.
+    # A rerun of every interval changes nothing and commits nothing, history included.
+    before = versions(workspace)
     apply_hours(spark, workspace, table, ["2024-01-01T00", "2024-01-01T01", "2024-01-01T02"])
     assert history_rows(workspace) == EXPECTED
+    assert versions(workspace) == before
     # The table as of each point of the sequence (the seed's query).
     ctx = context(spark, workspace, table)
     as_of = {
@@ -149,10 +158,23 @@ def test_seed_003_unordered_batches(spark, workspace: Workspace) -> None:
         strict=True,
     ):
         other.land("people", hour, "events.csv", events)
-    for hour in ("2024-01-01T02", "2024-01-01T01", "2024-01-01T00"):
+    hours = ["2024-01-01T00", "2024-01-01T01", "2024-01-01T02"]
+    for hour in reversed(hours):
         run(spark, other, table, hour, f"{hour[:11]}{int(hour[11:]) + 1:02d}")
         assert_current_equals_final(other, ["id", "value", "TIME"])
     assert history_rows(other) == EXPECTED
+    # Reruns of both workspaces, oldest first and newest first: no table gets a new version.
+    for ws in (workspace, other):
+        before = versions(ws)
+        for order in (hours, hours[::-1]):
+            for hour in order:
+                _, applied = run(spark, ws, table, hour, f"{hour[:11]}{int(hour[11:]) + 1:02d}")
+                assert applied.counts["history_changes_logged"] == 0
+                assert applied.counts["history_buckets_rewritten"] == 0
+                assert applied.counts["history_version"] == before["history"]
+        assert versions(ws) == before
+        assert history_rows(ws) == EXPECTED
+        assert_current_equals_final(ws, ["id", "value", "TIME"])
 
 
 def test_late_event_is_spliced_and_only_its_bucket_rewritten(spark, workspace: Workspace) -> None:
@@ -268,4 +290,52 @@ def test_history_switched_on_later_and_kept_through_reset_staging(
     reset = run_reset_staging(ctx)
     assert reset.counts["history_changes_logged"] == 1
     apply_hours(spark, workspace, table, ["2024-01-01T02"])
+    assert history_rows(workspace) == EXPECTED
+
+
+def test_a_rerun_after_a_crash_between_log_and_recut_recuts_history(
+    spark, workspace: Workspace
+) -> None:
+    """A run that logged its changes but died before recutting: its rerun logs nothing new,
+    yet history lacks the changes, so the rerun recuts (one new history version)."""
+    from spark_jobs import delta, history
+    from spark_jobs.common import StepReport
+    from spark_jobs.overwrite_final import apply_changes
+    from spark_jobs.stage import run_stage
+    from tests.helpers import interval
+
+    table = people(workspace)
+    for hour, events in zip(
+        ("2024-01-01T00", "2024-01-01T01", "2024-01-01T02"),
+        (EVENTS_1, EVENTS_2, EVENTS_3),
+        strict=True,
+    ):
+        workspace.land("people", hour, "events.csv", events)
+    apply_hours(spark, workspace, table, ["2024-01-01T00", "2024-01-01T01"])
+    before = versions(workspace)
+    # Hour 02 as far as the crashed run got: final applied, the delete logged, no recut.
+    ctx = context(spark, workspace, table)
+    window = interval("2024-01-01T02", "2024-01-01T03")
+    run_stage(ctx, window)
+    staging = delta.load_snapshot(workspace.paths("people").staging)
+    changes = delta.read_snapshot(spark, staging, partitions=window.batch_ids())
+    apply_changes(ctx, changes, StepReport("overwrite-final", "people", counts={"changes": 1}))
+    logged, _ = history.append_to_log(
+        ctx, changes.withColumn(history.BUCKET, history.key_bucket(table)), None
+    )
+    assert logged == 1
+    assert versions(workspace)["history"] == before["history"]
+    assert (2, "Olaf", 1, None, True, False) in history_rows(workspace)
+
+    _, applied = run(spark, workspace, table, "2024-01-01T02", "2024-01-01T03")
+    assert applied.counts["history_changes_logged"] == 0
+    assert applied.counts["history_buckets_rewritten"] == 1
+    assert history_rows(workspace) == EXPECTED
+    assert_current_equals_final(workspace, ["id", "value", "TIME"])
+    after = versions(workspace)
+    assert after["history"] == before["history"] + 1
+    assert after["history_log"] == before["history_log"] + 1
+    # And a rerun of that rerun commits nothing.
+    run(spark, workspace, table, "2024-01-01T02", "2024-01-01T03")
+    assert versions(workspace) == after
     assert history_rows(workspace) == EXPECTED

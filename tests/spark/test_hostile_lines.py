@@ -360,3 +360,64 @@ def test_max_sequence_ahead_is_a_duration_or_null() -> None:
     assert parse_config({"tables": [CSV]}).tables["c"].max_sequence_ahead == "7d"
     unbounded = parse_config({"tables": [{**CSV, "max_sequence_ahead": None}]})
     assert unbounded.tables["c"].max_sequence_ahead is None
+
+
+NUMBERS = {
+    "name": "n",
+    "file_format": "json",
+    "columns": {"ID": "bigint", "X": "double", "F": "float", "N": "int", "TS": "timestamp"},
+    "keys": ["ID"],
+    "sequence_by": ["TS"],
+}
+NOT_FINITE = "is not a finite number (NaN and infinities are refused)"
+
+
+def test_json_numbers_out_of_range_are_quarantined_not_staged_as_infinity_or_null(
+    spark, workspace: Workspace
+) -> None:
+    table = workspace.configure(NUMBERS)["n"]
+    head = '{"FLAG": "I", "TS": "2024-01-01 00:00:00", '
+    lines: list[str | bytes] = [
+        head + '"ID": 1, "X": 1.5, "F": 2.5, "N": 1}',
+        head + '"ID": 2, "X": 1e999}',
+        head + '"ID": 3, "X": -1e999}',
+        head + '"ID": 4, "X": NaN}',  # not JSON
+        head + '"ID": 5, "X": "NaN"}',
+        head + '"ID": 6, "X": "-Infinity"}',
+        head + '"ID": 7, "F": 1e300}',  # a double beyond a float's range
+        head + '"ID": 8, "N": 1e999}',
+        head + '"ID": 9, "N": 2147483648}',
+        head + '"ID": 1e999}',
+        head + '"ID": 9223372036854775808}',
+        '{"FLAG": "D", "TS": "2024-01-01 00:00:00", "ID": 1, "X": "Infinity"}',
+        head + '"ID": 13, "X": 1.7976931348623157e308, "F": 3.4e38, "N": -2147483648}',
+    ]
+    land_lines(workspace, "n", "a.json", lines)
+    staged, _ = run(spark, workspace, table, "2024-01-01T00", "2024-01-01T01")
+    assert (staged.counts["staged"], staged.counts["quarantined"]) == (2, 11)
+    paths = workspace.paths("n")
+    assert_reasons(
+        quarantine(paths.quarantine),
+        [
+            ("a.json", 1, f"value out of range in X: 'Infinity' {NOT_FINITE}", None),
+            ("a.json", 2, f"value out of range in X: '-Infinity' {NOT_FINITE}", None),
+            ("a.json", 3, NOT_OBJECT, lines[3]),
+            ("a.json", 4, f"value out of range in X: 'NaN' {NOT_FINITE}", None),
+            ("a.json", 5, f"value out of range in X: '-Infinity' {NOT_FINITE}", None),
+            ("a.json", 6, f"value out of range in F: '1.0E300' {NOT_FINITE}", None),
+            ("a.json", 7, "unparsable value in N: 'Infinity' is not a valid int", None),
+            ("a.json", 8, "unparsable value in N: '2147483648' is not a valid int", None),
+            ("a.json", 9, "unparsable value in ID: 'Infinity' is not a valid bigint", None),
+            (
+                "a.json",
+                10,
+                "unparsable value in ID: '9223372036854775808' is not a valid bigint",
+                None,
+            ),
+            ("a.json", 11, f"value out of range in X: 'Infinity' {NOT_FINITE}", None),
+        ],
+    )
+    assert table_rows(paths.final, ["ID", "X", "F", "N"]) == [
+        (1, 1.5, 2.5, 1),
+        (13, 1.7976931348623157e308, pytest.approx(3.4e38, rel=1e-6), -2147483648),
+    ]

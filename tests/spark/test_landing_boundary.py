@@ -8,6 +8,7 @@ import shutil
 from datetime import datetime
 from pathlib import Path
 from typing import Any
+from urllib.parse import unquote
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -17,7 +18,7 @@ from deltalake import DeltaTable, write_deltalake
 from cdc_pipeline.errors import InputError
 from spark_jobs import landing, stage
 from spark_jobs.stage import run_stage
-from tests.helpers import Workspace, interval, table_rows
+from tests.helpers import Workspace, file_paths, interval, table_rows
 from tests.spark.steps import context, run
 
 pytestmark = pytest.mark.spark
@@ -131,8 +132,8 @@ def test_a_changed_file_is_a_new_version_that_ranks_after_the_old(
     assert table_rows(paths.final, ["ID", "N"]) == [(1, 2), (2, 2)]
     assert table_rows(paths.staging, ["ID", "N", "_cdc_file"]) == [
         (1, 1, "g.json"),
-        (1, 2, "g.json~v002"),
-        (2, 2, "g.json~v002"),
+        (1, 2, "~0001~g.json"),
+        (2, 2, "~0001~g.json"),
     ]
     # Touched, same content: no new version; the touch is recorded, so the next run does not hash.
     os.utime(path, ns=(1_000_000_000, 1_000_000_000))
@@ -151,7 +152,11 @@ def test_a_changed_file_is_a_new_version_that_ranks_after_the_old(
     run_stage(context(spark, workspace, table), interval("2024-01-01T20", "2024-01-01T21"))
     assert hashed == []
     ledger = table_rows(paths.ledger, ["file", "rows_staged", "mtime_ns"])
-    assert [(f, n) for f, n, _ in ledger] == [("g.json", 1), ("g.json~v002", 0), ("g.json~v002", 2)]
+    assert [(f, n) for f, n, _ in ledger] == [
+        ("g.json", 1),
+        ("~0001~g.json", 0),
+        ("~0001~g.json", 2),
+    ]
     assert (1_000_000_000 in {m for _, _, m in ledger}) is True
 
 
@@ -274,7 +279,7 @@ def test_bad_parquet_files_are_quarantined_alone(spark, workspace: Workspace) ->
         (1, "a.parquet"),
         (2, "a.parquet"),
         (3, "b.parquet"),
-        (7, "e.parquet~v002"),
+        (7, "~0001~e.parquet"),
     ]
 
 
@@ -318,14 +323,29 @@ def test_a_changed_snapshot_extract_file_is_refused(spark, workspace: Workspace)
 
 
 def test_later_versions_of_a_file_sort_later_as_arrival_order_ranks_them() -> None:
-    names = [landing.versioned_name("a.json", v) for v in (12, 1, 3, 2)]
-    assert sorted(names) == ["a.json", "a.json~v002", "a.json~v003", "a.json~v012"]
-    assert [landing.split_version(n) for n in sorted(names)] == [
-        ("a.json", 1),
-        ("a.json", 2),
-        ("a.json", 3),
-        ("a.json", 12),
+    names = [landing.versioned_name("a.json", n) for n in (12, 1, 3, 2)]
+    assert sorted([*names, "b.json", "zz.json", "Z.json", "9.json"]) == [
+        "9.json",
+        "Z.json",
+        "b.json",
+        "zz.json",
+        "~0001~a.json",
+        "~0002~a.json",
+        "~0003~a.json",
+        "~0012~a.json",
     ]
+    assert [landing.split_version(n) for n in sorted(names)] == [
+        ("a.json", (2, 1)),
+        ("a.json", (2, 2)),
+        ("a.json", (2, 3)),
+        ("a.json", (2, 12)),
+    ]
+    # An older ledger's `name~v002` still reads as a version, before the hour-wide numbering.
+    assert landing.split_version("a.json~v002") == ("a.json", (1, 2))
+    assert landing.split_version("a.json") == ("a.json", (0, 0))
+    assert landing.is_reserved_name("~0001~a.json") and not landing.is_reserved_name("~a.json")
+    with pytest.raises(InputError):
+        landing.versioned_name("a.json", 10_000)
 
 
 def test_parquet_files_are_refused_by_the_majority_type_or_the_declared_one(
@@ -350,3 +370,113 @@ def test_parquet_files_are_refused_by_the_majority_type_or_the_declared_one(
     declared = landing.plan_parquet(files, {"ID": "bigint"}, "FLAG")
     assert [r.file for r in declared.refusals] == ["d"]
     assert declared.column_types == {"ID": "string", "FLAG": "string"}  # typed row by row
+
+
+def corrupt_data_pages(path: Path) -> None:
+    """Overwrite bytes in the middle of the first column chunk; the footer stays valid."""
+    chunk = pq.ParquetFile(path).metadata.row_group(0).column(0)
+    start = chunk.dictionary_page_offset or chunk.data_page_offset
+    middle = start + chunk.total_compressed_size // 2
+    data = bytearray(path.read_bytes())
+    data[middle : middle + 64] = b"\xff" * 64
+    path.write_bytes(bytes(data))
+
+
+def many_rows(first: int, count: int) -> pa.Table:
+    """`count` changes with distinct keys (a first column chunk of several kilobytes)."""
+    table = parquet_rows(list(range(first, first + count)))
+    return table.select(["ID", "FLAG", "V", "TS"])
+
+
+DATA_PAGES_CAUSE = "IOException: FAILED_TO_UNCOMPRESS(5)"
+DATA_PAGES = (
+    "unreadable Parquet file b.parquet ({size} bytes): its footer reads but its data does not "
+    "({cause})"
+)
+
+
+def test_a_parquet_file_with_corrupt_data_pages_is_quarantined_alone(
+    spark, workspace: Workspace, capsys: pytest.CaptureFixture[str]
+) -> None:
+    table = workspace.configure(PARQUET)["p"]
+    folder = hour_folder(workspace, "p", "2024-01-01T20")
+    pq.write_table(parquet_rows([1, 2]), folder / "a.parquet")
+    pq.write_table(many_rows(100, 1000), folder / "b.parquet")
+    corrupt_data_pages(folder / "b.parquet")
+    pq.write_table(parquet_rows([3]), folder / "c.parquet")
+    size = (folder / "b.parquet").stat().st_size
+    landing.probe_parquet(landing.LandingFile("x", folder / "b.parquet", "b", size, 0))  # footer ok
+    stage_report, _ = run(spark, workspace, table, "2024-01-01T20", "2024-01-01T21")
+    counts = stage_report.counts
+    assert (counts["new_files"], counts["files_refused"], counts["staged"]) == (3, 1, 3)
+    assert counts["quarantined"] == 1
+    paths = workspace.paths("p")
+    [(raw, reason, batch, file, row_)] = table_rows(paths.quarantine, REFUSAL_COLUMNS)
+    assert (raw, batch, file, row_) == (
+        "dt=2024-01-01/hr=20/b.parquet",
+        "2024-01-01T20",
+        "b.parquet",
+        None,
+    )
+    assert reason == DATA_PAGES.format(size=size, cause=DATA_PAGES_CAUSE)
+    assert table_rows(paths.staging, ["ID", "_cdc_file"]) == [
+        (1, "a.parquet"),
+        (2, "a.parquet"),
+        (3, "c.parquet"),
+    ]
+    assert table_rows(paths.final, ["ID"]) == [(1,), (2,), (3,)]
+    on_disk = {str(p.relative_to(paths.staging)) for p in paths.staging.rglob("*.parquet")}
+    assert on_disk == {unquote(p) for p in file_paths(paths.staging)}  # nothing half-written
+    assert f"file dt=2024-01-01/hr=20/b.parquet refused (quarantined): {reason}" in (
+        capsys.readouterr().err
+    )
+    # Fixed in place: the next run stages it as a new version.
+    pq.write_table(many_rows(100, 3), folder / "b.parquet")
+    fixed, _ = run(spark, workspace, table, "2024-01-01T20", "2024-01-01T21")
+    assert (fixed.counts["new_files"], fixed.counts["staged"], fixed.counts["files_refused"]) == (
+        1,
+        3,
+        0,
+    )
+    assert [r for r in table_rows(paths.final, ["ID", "_cdc_file"]) if r[0] >= 100] == [
+        (100, "~0001~b.parquet"),
+        (101, "~0001~b.parquet"),
+        (102, "~0001~b.parquet"),
+    ]
+
+
+def test_exact_ties_go_to_the_later_staged_version_whatever_its_name(
+    spark, workspace: Workspace
+) -> None:
+    table = workspace.configure(TABLE)["j"]
+    paths = workspace.paths("j")
+
+    def land_and_run(name: str, n: int) -> None:
+        workspace.land("j", "2024-01-01T20", name, [row(1, n)], file_format="json")
+        run(spark, workspace, table, "2024-01-01T20", "2024-01-01T21")
+
+    # Key 1, the same sequence value in every file: only the arrival order decides.
+    workspace.land("j", "2024-01-01T20", "a.json", [row(1, 1)], file_format="json")
+    workspace.land("j", "2024-01-01T20", "b.json", [row(1, 2)], file_format="json")
+    workspace.land("j", "2024-01-01T20", "~0009~z.json", [row(1, 9)], file_format="json")
+    first, _ = run(spark, workspace, table, "2024-01-01T20", "2024-01-01T21")
+    assert first.counts["unrecognised_entries"] == 1  # a version's name is never a landed file
+    assert table_rows(paths.final, ["ID", "N", "_cdc_file"]) == [(1, 2, "b.json")]
+    # a.json rewritten after b.json was staged: its new version is the later arrival, although
+    # `a` sorts before `b`.
+    land_and_run("a.json", 3)
+    assert table_rows(paths.final, ["ID", "N", "_cdc_file"]) == [(1, 3, "~0001~a.json")]
+    land_and_run("b.json", 4)
+    assert table_rows(paths.final, ["ID", "N", "_cdc_file"]) == [(1, 4, "~0002~b.json")]
+    land_and_run("a.json", 5)  # a's third version after b's second
+    assert table_rows(paths.final, ["ID", "N", "_cdc_file"]) == [(1, 5, "~0003~a.json")]
+    assert table_rows(paths.staging, ["N", "_cdc_file"]) == [
+        (1, "a.json"),
+        (2, "b.json"),
+        (3, "~0001~a.json"),
+        (4, "~0002~b.json"),
+        (5, "~0003~a.json"),
+    ]
+    # A new file landed later ranks by its name among the hour's first versions.
+    land_and_run("c.json", 6)
+    assert table_rows(paths.final, ["ID", "N", "_cdc_file"]) == [(1, 5, "~0003~a.json")]

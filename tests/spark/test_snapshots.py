@@ -11,6 +11,7 @@ import uuid
 from datetime import UTC, datetime
 
 import pytest
+from deltalake import DeltaTable
 
 from cdc_pipeline.errors import InputError
 from spark_jobs.stage import run_stage
@@ -23,6 +24,7 @@ KEYS = [f"K{i}" for i in range(1, 6)]
 VALUES = [f"V{i}" for i in range(1, 11)]
 DAY_1 = datetime(2019, 6, 18, tzinfo=UTC)
 DAY_2 = datetime(2019, 6, 19, tzinfo=UTC)
+VERSION_COLUMNS = ["_cdc_valid_from", "_cdc_valid_to", "_cdc_is_current", "_cdc_is_deleted"]
 
 
 def seed_004_table(workspace: Workspace):  # type: ignore[no-untyped-def]
@@ -96,10 +98,7 @@ def test_seed_004_day_1_and_day_2(spark, workspace: Workspace) -> None:
         (tuple(r[c] for c in columns) for r in expected_final), key=repr
     )
     # History: one version per I and U, the deleted and updated day-1 versions closed at day 2.
-    history = table_rows(
-        paths.history,
-        [*KEYS, "V3", "_cdc_valid_from", "_cdc_valid_to", "_cdc_is_current", "_cdc_is_deleted"],
-    )
+    history = table_rows(paths.history, [*KEYS, "V3", *VERSION_COLUMNS])
 
     def version(row, start, end, current, gone):  # type: ignore[no-untyped-def]
         return (*[row[k] for k in KEYS], row["V3"], start, end, current, gone)
@@ -114,11 +113,16 @@ def test_seed_004_day_1_and_day_2(spark, workspace: Workspace) -> None:
     assert len(history) == 16_000
     assert history == sorted(expected_history, key=repr)
 
-    # The same day again: nothing new is staged and final is unchanged.
+    # The same day again: nothing new is staged, and no table gets a new version.
     before = table_rows(paths.final, columns)
-    staged, _ = run(spark, workspace, table, "2019-06-19T00", "2019-06-20T00")
+    committed = ("final", "tombstones", "history_log", "history")
+    versions = {n: DeltaTable(str(getattr(paths, n))).version() for n in committed}
+    staged, applied = run(spark, workspace, table, "2019-06-19T00", "2019-06-20T00")
     assert (staged.counts["new_files"], staged.counts["staged"]) == (0, 0)
+    assert (applied.counts["rows_written"], applied.counts["history_rows_written"]) == (0, 0)
     assert table_rows(paths.final, columns) == before
+    assert {n: DeltaTable(str(getattr(paths, n))).version() for n in committed} == versions
+    assert table_rows(paths.history, [*KEYS, "V3", *VERSION_COLUMNS]) == history
 
 
 def test_snapshot_order_quarantine_and_late_files(spark, workspace: Workspace) -> None:
