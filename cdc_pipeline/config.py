@@ -387,6 +387,11 @@ class TableConfig(BaseModel):
         return list(self.columns) if self.columns is not None else None
 
     @property
+    def partition_by(self) -> list[str]:
+        """The Delta partition columns of the table's outputs: the partition column, or none."""
+        return [self.partition_column] if self.partition_column else []
+
+    @property
     def format_columns(self) -> dict[str, str]:
         """The `_cdc_` columns the change format adds to every row (name -> Spark type)."""
         return dict(FORMAT_COLUMNS[self.change_format])

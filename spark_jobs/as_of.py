@@ -95,7 +95,7 @@ def as_of_frame(context: StepContext, at: str) -> DataFrame:
 
 def write_output(frame: DataFrame, path: Path, table: TableConfig) -> int:
     """Replace the Delta table at `path` by `frame` (created when missing); returns its version."""
-    partition_by = [table.partition_column] if table.partition_column else []
+    partition_by = table.partition_by
     delta.ensure_table(path, frame.schema, partition_by)
     snapshot = delta.load_snapshot(path)
     run_id = delta.new_run_id()

@@ -391,7 +391,7 @@ def apply_changes(context: StepContext, changes: DataFrame, report: StepReport) 
     """Upsert/delete path: rewrite the touched partitions of final, retrying on conflicts."""
     table, paths = context.table, context.paths
     staging_schema = changes.schema
-    partition_by = [table.partition_column] if table.partition_column else []
+    partition_by = table.partition_by
     delta.ensure_table(paths.final, final_schema(staging_schema), partition_by)
     delta.ensure_table(paths.tombstones, tombstone_schema(staging_schema, table), [])
     evolve_to_staging(context, staging_schema, report)
@@ -538,7 +538,7 @@ def changed_keys_on_driver(
 def append_inserts(context: StepContext, changes: DataFrame, report: StepReport) -> None:
     """Insert-only path: append each (key, sequence) not yet in final; never rewrite old files."""
     table, paths, spark = context.table, context.paths, context.spark
-    partition_by = [table.partition_column] if table.partition_column else []
+    partition_by = table.partition_by
     delta.ensure_table(paths.final, final_schema(changes.schema), partition_by)
     evolve_to_staging(context, changes.schema, report)
     identity = [*table.keys, *table.sequence_by]
@@ -577,7 +577,7 @@ def remove_duplicate_events(context: StepContext, partitions: set[Any] | None) -
     """Rewrite the given partitions of an insert-only final with one row per (key, sequence)."""
     table, paths, spark = context.table, context.paths, context.spark
     identity = [*table.keys, *table.sequence_by]
-    partition_by = [table.partition_column] if table.partition_column else []
+    partition_by = table.partition_by
 
     def attempt(_: int) -> int | None:
         final = delta.load_snapshot(paths.final)

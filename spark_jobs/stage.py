@@ -157,7 +157,7 @@ def table_column_types(table: TableConfig, staging: delta.Snapshot) -> dict[str,
 def staging_columns(table: TableConfig, column_types: dict[str, str]) -> list[str]:
     """Staging's columns: data columns (and a snapshot's hashes), the partition column, the flag
     and the arrival columns."""
-    partition = [table.partition_column] if table.partition_column else []
+    partition = table.partition_by
     hashes = list(snapshots.HASH_COLUMNS) if table.change_format == "snapshot" else []
     return [*column_types, *hashes, *partition, FLAG, *ARRIVAL]
 
