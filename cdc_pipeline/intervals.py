@@ -14,6 +14,20 @@ MAX_RUN_HOURS_ENV = "CDC_MAX_RUN_HOURS"
 # only a CLI catch-up spans more, and a year of hours is 8,784 folders to list, a few MB of
 # plan. Without a bound, a typo such as --end 9999-12-31 planned every hour until memory ran out.
 DEFAULT_MAX_RUN_HOURS = 24 * 366
+# A landing hour folder, dt=YYYY-MM-DD/hr=HH: group 1 the day, group 2 the hour (see batch_id).
+HOUR_FOLDER_PATTERN = r"dt=(\d{4}-\d{2}-\d{2})/hr=(\d{2})"
+
+
+def batch_id(day: str, hour: str) -> str:
+    """The `_cdc_batch` id of the hour folder dt={day}/hr={hour}: 2024-01-01T05 (sorts in arrival
+    order). The Spark twin that reads it off a file path is `stage._with_arrival`."""
+    return f"{day}T{hour}"
+
+
+def hour_folder(batch: str) -> str:
+    """The landing folder of a batch id, relative to the table's landing folder: 2024-01-01T05 ->
+    dt=2024-01-01/hr=05."""
+    return f"dt={batch[:10]}/hr={batch[11:]}"
 
 
 def max_run_hours() -> int:
@@ -64,12 +78,12 @@ class HourBatch:
     @property
     def batch_id(self) -> str:
         """Sortable id stored in `_cdc_batch`: 2024-01-01T05."""
-        return self.start.strftime("%Y-%m-%dT%H")
+        return batch_id(f"{self.start:%Y-%m-%d}", f"{self.start:%H}")
 
     @property
     def folder(self) -> str:
         """Relative landing folder of this hour."""
-        return self.start.strftime("dt=%Y-%m-%d/hr=%H")
+        return hour_folder(self.batch_id)
 
 
 @dataclass(frozen=True)

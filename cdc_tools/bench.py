@@ -40,7 +40,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from cdc_pipeline.config import TableConfig
-from cdc_pipeline.intervals import Interval
+from cdc_pipeline.intervals import HourBatch, Interval
 from cdc_pipeline.paths import TablePaths
 from spark_jobs import delta
 from spark_jobs.common import StepContext
@@ -370,7 +370,7 @@ def run_case(
     touched = max(1, math.ceil(fraction * spec.partitions))
     case_dir = work / label
     landing = case_dir / "landing"
-    folder = landing / TABLE / CHANGE_HOUR.strftime("dt=%Y-%m-%d/hr=%H")
+    folder = landing / TABLE / HourBatch(CHANGE_HOUR).folder
     change_rows(spark, spec, rows, touched).coalesce(1).write.mode("overwrite").parquet(
         str(folder / "_tmp")
     )

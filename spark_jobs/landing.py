@@ -26,7 +26,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from cdc_pipeline.errors import InputError
-from cdc_pipeline.intervals import Interval
+from cdc_pipeline.intervals import Interval, batch_id
 from cdc_pipeline.paths import TablePaths
 from cdc_pipeline.schema import common_type
 
@@ -191,7 +191,7 @@ def list_landing(paths: TablePaths, interval: Interval, file_format: str) -> Lis
         if entry.is_symlink():
             if day in days:
                 # The day's hour 00 holds the report (quarantine is by hour), whatever the interval.
-                batch = f"{day.isoformat()}T00"
+                batch = batch_id(day.isoformat(), "00")
                 listing.links.append(Refusal(batch, entry.name, entry.name, SYMLINK_REASON))
             elif day is None:
                 listing.unrecognised.append(f"{entry.name} (symbolic link)")
@@ -209,7 +209,7 @@ def list_landing(paths: TablePaths, interval: Interval, file_format: str) -> Lis
                 suffix = "/" if entry.is_dir(follow_symlinks=False) else ""
                 listing.unrecognised.append(relative + suffix)
                 continue
-            batch = f"{day_entry.name[3:]}T{hour.group(1)}"
+            batch = batch_id(day_entry.name[3:], hour.group(1))
             if batch not in hours:
                 continue  # another interval's hour
             elif entry.is_symlink():

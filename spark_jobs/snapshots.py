@@ -22,7 +22,7 @@ from pyspark.sql.types import StructField, StructType
 
 from cdc_pipeline.config import TableConfig
 from cdc_pipeline.errors import InputError
-from cdc_pipeline.intervals import Interval
+from cdc_pipeline.intervals import Interval, hour_folder
 from spark_jobs import delta
 from spark_jobs.common import StepContext
 from spark_jobs.transforms import BATCH, FILE, FLAG, ROW
@@ -59,10 +59,6 @@ def with_hashes(typed: DataFrame, table: TableConfig, data_columns: Sequence[str
     )
 
 
-def _label(batch: str) -> str:
-    return f"dt={batch[:10]}/hr={batch[11:]}"
-
-
 def check_order(
     context: StepContext,
     interval: Interval,
@@ -77,21 +73,21 @@ def check_order(
     if len(batches) > 1:
         raise InputError(
             f"{where}: change_format snapshot takes one full extract per run, but the interval "
-            f"holds extracts in {', '.join(_label(b) for b in batches)}; run one interval per "
+            f"holds extracts in {', '.join(hour_folder(b) for b in batches)}; run one interval per "
             "extract, in order"
         )
     batch = batches[0]
     later = sorted(b for b in ledger if b > batch)
     if later:
         raise InputError(
-            f"{where}: the extract in {_label(batch)} is older than the extract in "
-            f"{_label(later[-1])} already staged; extracts apply in order (an older full "
+            f"{where}: the extract in {hour_folder(batch)} is older than the extract in "
+            f"{hour_folder(later[-1])} already staged; extracts apply in order (an older full "
             "extract would undo the newer one's changes)"
         )
     earlier = sorted(b for b in ledger if b < batch)
     if earlier and not _applied(context, staging, earlier[-1]):
         raise InputError(
-            f"{where}: the previous extract in {_label(earlier[-1])} is staged but not applied "
+            f"{where}: the previous extract in {hour_folder(earlier[-1])} is staged but not applied "
             "yet; run overwrite-final for its interval first"
         )
     return batch

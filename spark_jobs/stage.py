@@ -20,7 +20,7 @@ from pyspark.sql.types import LongType, StringType, StructField, StructType
 
 from cdc_pipeline.config import TableConfig
 from cdc_pipeline.errors import CdcError, ConfigError, InputError
-from cdc_pipeline.intervals import Interval
+from cdc_pipeline.intervals import HOUR_FOLDER_PATTERN, Interval
 from cdc_pipeline.schema import plan_schema
 from spark_jobs import delta, landing, snapshots
 from spark_jobs.common import StepArgs, StepContext, StepReport, run_step
@@ -47,7 +47,8 @@ MAX_LISTED = 10  # entries named in one warning line
 def _with_arrival(df: DataFrame, row_position: str) -> DataFrame:
     """Add `_cdc_batch` (from the dt=/hr= folder), `_cdc_file` and `_cdc_row` to a file scan."""
     path = F.col("_metadata.file_path")
-    pattern = r"dt=(\d{4}-\d{2}-\d{2})/hr=(\d{2})/[^/]*$"
+    pattern = HOUR_FOLDER_PATTERN + r"/[^/]*$"
+    # intervals.batch_id in Spark: the day, "T", the hour.
     batch = F.concat(
         F.regexp_extract(path, pattern, 1), F.lit("T"), F.regexp_extract(path, pattern, 2)
     )

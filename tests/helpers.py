@@ -15,7 +15,7 @@ import yaml
 from deltalake import DeltaTable
 
 from cdc_pipeline.config import TableConfig, parse_config
-from cdc_pipeline.intervals import Interval, parse_timestamp
+from cdc_pipeline.intervals import HourBatch, Interval, parse_timestamp
 from cdc_pipeline.paths import TablePaths
 
 SEED_002_COLUMNS = {"ID": "bigint", "VALUE": "int", "CDC_TIMESTAMP": "timestamp"}
@@ -61,7 +61,7 @@ class Workspace:
     ) -> Path:
         """Write one change file into the hour folder of `hour` (e.g. '2024-01-01T05')."""
         when = parse_timestamp(hour + ":00:00Z" if len(hour) == 13 else hour)
-        folder = self.landing / table / when.strftime("dt=%Y-%m-%d/hr=%H")
+        folder = self.landing / table / HourBatch(when).folder
         folder.mkdir(parents=True, exist_ok=True)
         path = folder / name
         names = columns or list(dict.fromkeys(k for r in rows for k in r))
