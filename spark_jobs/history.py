@@ -37,7 +37,7 @@ from cdc_pipeline.config import TableConfig
 from cdc_pipeline.errors import ConfigError
 from spark_jobs import delta
 from spark_jobs.common import StepContext, StepReport
-from spark_jobs.transforms import ARRIVAL, FLAG
+from spark_jobs.transforms import ARRIVAL, FLAG, columns_as_json, hash_of
 
 BUCKET = "_cdc_key_bucket"
 VALID_FROM = "_cdc_valid_from"
@@ -50,7 +50,7 @@ _BUCKETS_NOTE = re.compile(r"history_buckets=(\d+)")
 
 def key_bucket(table: TableConfig) -> Column:
     """The key's bucket: a hash of the key values as JSON text (stable when a type widens)."""
-    hashed = F.xxhash64(F.to_json(F.struct(*[F.col(f"`{k}`") for k in table.keys])))
+    hashed = F.xxhash64(columns_as_json(table.keys))
     return F.pmod(hashed, F.lit(table.history_buckets)).cast(IntegerType())
 
 
@@ -90,9 +90,7 @@ def cut_versions(events: DataFrame, table: TableConfig) -> DataFrame:
     by_key = Window.partitionBy(*keys).orderBy(*order)
     is_delete = F.col(FLAG) == "D"
     tracked = tracked_columns(table, data_columns)
-    fingerprint = (
-        F.md5(F.to_json(F.struct(*[F.col(f"`{c}`") for c in tracked]))) if tracked else F.lit("")
-    )
+    fingerprint = hash_of(tracked) if tracked else F.lit("")
     marked = events.withColumn("__delete", is_delete).withColumn(
         "__print", F.when(~is_delete, fingerprint)
     )

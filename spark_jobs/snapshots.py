@@ -25,7 +25,7 @@ from cdc_pipeline.errors import InputError
 from cdc_pipeline.intervals import Interval, hour_folder
 from spark_jobs import delta
 from spark_jobs.common import StepContext
-from spark_jobs.transforms import BATCH, FILE, FLAG, ROW
+from spark_jobs.transforms import BATCH, FILE, FLAG, ROW, hash_of
 
 SNAPSHOT_AT = "_cdc_snapshot_at"
 KEY_HASH = "_cdc_key_hash"
@@ -34,11 +34,6 @@ HASH_COLUMNS = (KEY_HASH, ROW_HASH)
 # The `_cdc_file` of derived deletes: they come from the final table, not from a landed file.
 DELETES_FILE = "_cdc_snapshot_deletes"
 OPERATIONS = {"I": "inserted", "U": "updated", "D": "deleted", "N": "unchanged"}
-
-
-def hash_of(columns: Sequence[str]) -> Column:
-    """MD5 of the columns as JSON text: deterministic, null-aware, the same for widened types."""
-    return F.md5(F.to_json(F.struct(*[F.col(f"`{c}`") for c in columns])))
 
 
 def compared_columns(table: TableConfig, data_columns: Sequence[str]) -> list[str]:

@@ -49,6 +49,17 @@ def quoted(column: str) -> str:
     return "`" + column.replace("`", "``") + "`"
 
 
+def columns_as_json(columns: Sequence[str]) -> Column:
+    """The columns as one JSON text: deterministic, null-aware, the same for widened types. Change
+    hashes (a snapshot's key and row hash, history's versions and key buckets) are taken of it."""
+    return F.to_json(F.struct(*[F.col(f"`{c}`") for c in columns]))
+
+
+def hash_of(columns: Sequence[str]) -> Column:
+    """MD5 of the columns as JSON text (`columns_as_json`)."""
+    return F.md5(columns_as_json(columns))
+
+
 def type_changes(
     raw: DataFrame, table: TableConfig, column_types: dict[str, str], flag_present: bool
 ) -> DataFrame:
