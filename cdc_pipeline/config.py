@@ -35,6 +35,7 @@ from cdc_pipeline import sql_guard
 from cdc_pipeline.durations import parse_duration
 from cdc_pipeline.errors import ConfigError
 from cdc_pipeline.schedules import schedule_problem
+from cdc_pipeline.schema import SPARK_TYPES_HELP, is_spark_sql_type
 
 NAME_PATTERN = r"^[a-z][a-z0-9_]*$"
 COLUMN_PATTERN = r"^[A-Za-z_][A-Za-z0-9_]*$"
@@ -42,28 +43,6 @@ TECHNICAL_PREFIX = "_cdc_"
 # Below this retention `cdc vacuum` needs --force (spark_jobs/vacuum.py SAFE_RETENTION_HOURS).
 VACUUM_SAFE_HOURS = 168
 
-# Spark SQL types a column may declare. Nested types are not supported: change rows are flat.
-_SIMPLE_TYPES = {
-    "boolean",
-    "tinyint",
-    "byte",
-    "smallint",
-    "short",
-    "int",
-    "integer",
-    "bigint",
-    "long",
-    "float",
-    "double",
-    "string",
-    "date",
-    "timestamp",
-    "timestamp_ntz",
-    "binary",
-}
-_PARAM_TYPES = re.compile(
-    r"^(decimal|numeric)\(\s*\d+\s*(,\s*\d+\s*)?\)$|^(varchar|char)\(\s*\d+\s*\)$"
-)
 # Columns a change format adds to every change row, usable in sequence_by (name -> Spark type).
 FORMAT_COLUMNS: dict[str, dict[str, str]] = {
     "flat": {},
@@ -88,15 +67,6 @@ DEFAULT_SEQUENCE_BY: dict[str, list[str]] = {
 EVENT_FORMATS = ("debezium", "wal2json")
 # Where the change kind is read from for the event formats (they carry an op, not a flag column).
 EVENT_OP_COLUMN = "_cdc_op"
-SPARK_TYPES_HELP = (
-    "a Spark SQL type such as bigint, int, string, double, decimal(10,2), date, timestamp"
-)
-
-
-def is_spark_sql_type(text: str) -> bool:
-    """True when `text` names a flat Spark SQL type this project can cast change values to."""
-    normalized = text.strip().lower()
-    return normalized in _SIMPLE_TYPES or bool(_PARAM_TYPES.match(normalized))
 
 
 def _no_duplicates(value: list[str]) -> list[str]:

@@ -12,18 +12,49 @@ import re
 from dataclasses import dataclass, field
 from typing import Literal
 
+# The Spark SQL type vocabulary, in one place. Flat types in their one spelling (nested types are
+# not supported: change rows are flat), then the other spellings of them.
+FLAT_TYPES = frozenset(
+    {
+        "boolean",
+        "tinyint",
+        "smallint",
+        "int",
+        "bigint",
+        "float",
+        "double",
+        "string",
+        "date",
+        "timestamp",
+        "timestamp_ntz",
+        "binary",
+    }
+)
+# Aliases a config's column types may use.
+DECLARABLE_ALIASES = {"byte": "tinyint", "short": "smallint", "integer": "int", "long": "bigint"}
+# Every alias normalize_type reads (Spark's own schema strings also print these two).
+_ALIASES = {**DECLARABLE_ALIASES, "real": "float", "timestamp_ltz": "timestamp"}
 INTEGER_DIGITS = {"tinyint": 3, "smallint": 5, "int": 10, "bigint": 20}
-_ALIASES = {
-    "byte": "tinyint",
-    "short": "smallint",
-    "integer": "int",
-    "long": "bigint",
-    "real": "float",
-    "timestamp_ltz": "timestamp",
-}
 _DECIMAL = re.compile(r"^(?:decimal|numeric)(?:\(\s*(\d+)\s*(?:,\s*(\d+)\s*)?\))?$")
 _TEXT = re.compile(r"^(?:varchar|char)\(\s*\d+\s*\)$")
+# A declared decimal names its precision; a declared varchar/char its length.
+_DECLARABLE_PARAM_TYPES = re.compile(
+    r"^(decimal|numeric)\(\s*\d+\s*(,\s*\d+\s*)?\)$|^(varchar|char)\(\s*\d+\s*\)$"
+)
 MAX_DECIMAL_PRECISION = 38
+SPARK_TYPES_HELP = (
+    "a Spark SQL type such as bigint, int, string, double, decimal(10,2), date, timestamp"
+)
+
+
+def is_spark_sql_type(text: str) -> bool:
+    """True when `text` names a flat Spark SQL type this project can cast change values to."""
+    normalized = text.strip().lower()
+    return (
+        normalized in FLAT_TYPES
+        or normalized in DECLARABLE_ALIASES
+        or bool(_DECLARABLE_PARAM_TYPES.match(normalized))
+    )
 
 
 def normalize_type(spark_type: str) -> str:
