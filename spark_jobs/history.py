@@ -37,7 +37,7 @@ from cdc_pipeline.config import TableConfig
 from cdc_pipeline.errors import ConfigError
 from spark_jobs import delta
 from spark_jobs.common import StepContext, StepReport
-from spark_jobs.transforms import ARRIVAL, FLAG, columns_as_json, hash_of
+from spark_jobs.transforms import ARRIVAL, FLAG, columns_as_json, compared_columns, hash_of
 
 BUCKET = "_cdc_key_bucket"
 VALID_FROM = "_cdc_valid_from"
@@ -78,8 +78,7 @@ def tracked_columns(table: TableConfig, columns: Sequence[str]) -> list[str]:
     """Columns whose change starts a new version (the others update the version in place)."""
     if table.track_history_columns is not None:
         return [c for c in table.track_history_columns if c in columns]
-    skipped = {*table.keys, *table.sequence_by, table.partition_column}
-    return sorted(c for c in columns if c not in skipped and not c.startswith("_cdc_"))
+    return compared_columns(columns, {*table.keys, *table.sequence_by, table.partition_column})
 
 
 def cut_versions(events: DataFrame, table: TableConfig) -> DataFrame:

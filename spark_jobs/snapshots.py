@@ -25,7 +25,7 @@ from cdc_pipeline.errors import InputError
 from cdc_pipeline.intervals import Interval, hour_folder
 from spark_jobs import delta
 from spark_jobs.common import StepContext
-from spark_jobs.transforms import BATCH, FILE, FLAG, ROW, hash_of
+from spark_jobs.transforms import BATCH, FILE, FLAG, ROW, compared_columns, hash_of
 
 SNAPSHOT_AT = "_cdc_snapshot_at"
 KEY_HASH = "_cdc_key_hash"
@@ -36,10 +36,9 @@ DELETES_FILE = "_cdc_snapshot_deletes"
 OPERATIONS = {"I": "inserted", "U": "updated", "D": "deleted", "N": "unchanged"}
 
 
-def compared_columns(table: TableConfig, data_columns: Sequence[str]) -> list[str]:
+def row_hash_columns(table: TableConfig, data_columns: Sequence[str]) -> list[str]:
     """Non-key columns whose change is a change: all but compare_exclude and `_cdc_` columns."""
-    skipped = {*table.keys, *table.compare_exclude}
-    return sorted(c for c in data_columns if c not in skipped and not c.startswith("_cdc_"))
+    return compared_columns(data_columns, {*table.keys, *table.compare_exclude})
 
 
 def snapshot_time(batch: Column) -> Column:
@@ -50,7 +49,7 @@ def snapshot_time(batch: Column) -> Column:
 def with_hashes(typed: DataFrame, table: TableConfig, data_columns: Sequence[str]) -> DataFrame:
     """Typed extract rows plus their key hash and row hash."""
     return typed.withColumn(KEY_HASH, hash_of(table.keys)).withColumn(
-        ROW_HASH, hash_of(compared_columns(table, data_columns))
+        ROW_HASH, hash_of(row_hash_columns(table, data_columns))
     )
 
 

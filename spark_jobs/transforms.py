@@ -5,7 +5,7 @@ Spark SQL functions only (no Python UDFs), so executors need nothing but Spark.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from datetime import UTC, datetime
 
 from pyspark.sql import Column, DataFrame, Window
@@ -53,6 +53,14 @@ def columns_as_json(columns: Sequence[str]) -> Column:
     """The columns as one JSON text: deterministic, null-aware, the same for widened types. Change
     hashes (a snapshot's key and row hash, history's versions and key buckets) are taken of it."""
     return F.to_json(F.struct(*[F.col(f"`{c}`") for c in columns]))
+
+
+def compared_columns(columns: Sequence[str], skipped: Collection[str | None]) -> list[str]:
+    """The columns a change is detected on, sorted: all but `skipped` and the `_cdc_` columns.
+
+    The one rule behind a snapshot's row hash (`snapshots.row_hash_columns`) and history's
+    default tracked columns (`history.tracked_columns`); each passes the columns it skips."""
+    return sorted(c for c in columns if c not in skipped and not c.startswith("_cdc_"))
 
 
 def hash_of(columns: Sequence[str]) -> Column:
