@@ -189,11 +189,83 @@ def _commit_append(
     return delta.append_with_retries(frame, path, step, fault_point)
 
 
+@dataclass
+class _StagePlan:
+    """What one stage run reads and refuses: the interval's landing listing against the ledger."""
+
+    listing: landing.Listing
+    ledger: dict[tuple[str, str], landing.LedgerEntry]
+    files: landing.FilePlan
+    staging: delta.Snapshot
+    pending: list[LandingFile]
+    refusals: list[Refusal]
+    snapshot_batch: str | None
+    to_read: list[LandingFile]
+    parquet: ParquetPlan | None
+    refused: set[tuple[str, str]]
+
+
+@dataclass
+class _StageRows:
+    """The typed rows of the files read (to staging, to quarantine), per-file counts, and the
+    frames to unpersist once committed; good and bad are None when no file was read."""
+
+    good: DataFrame | None = None
+    bad: DataFrame | None = None
+    per_file: list[Any] = field(default_factory=list)
+    release: list[Callable[[], Any]] = field(default_factory=list)
+
+
 def run_stage(context: StepContext, interval: Interval) -> StepReport:
     """Stage the interval's new file versions; quarantine the rows that cannot be applied and the
     entries that cannot be read (links, unreadable files, contradicting Parquet schemas)."""
     spark, table, paths = context.spark, context.table, context.paths
     report = StepReport("stage", table.name, str(interval))
+    plan = _plan_stage(context, interval)
+    counts = report.counts
+    _count_planned(counts, plan)
+    _warn_landing(table, interval, plan.listing, plan.files, plan.refusals)
+    quarantine = delta.load_snapshot(paths.quarantine)
+    now, run_id = datetime.now(UTC), delta.new_run_id()
+    ledger_rows = [
+        landing.ledger_row(f, f.batch, f.file, 0, 0, entry.refused, now, run_id)
+        for f, entry in plan.files.touched
+    ]
+    if not plan.pending and not plan.refusals:
+        _append_ledger(paths.ledger, ledger_rows)
+        counts.update(staging_version=plan.staging.version, quarantine_version=quarantine.version)
+        return report
+    # A crash between the staging, quarantine and ledger commits leaves a file recorded in some
+    # of them: each table takes only the rows of files it does not hold yet.
+    batches = sorted({f.batch for f in plan.pending} | {r.batch for r in plan.refusals})
+    in_staging = _files_in(spark, plan.staging, batches)
+    in_quarantine = _files_in(spark, quarantine, batches)
+    delta.inject_fault("stage:before_first_write")
+    rows = _read_planned(context, interval, plan, in_staging, counts)
+    _settle_crashed_run(context, plan, rows, in_staging, in_quarantine, ledger_rows, now, run_id)
+    _leave_changed_files(table, interval, plan, rows, counts)
+    staged, staging_version, quarantined, quarantine_version = _commit_rows(
+        context, plan, rows, in_quarantine, quarantine
+    )
+    for done_with in rows.release:
+        done_with()
+    delta.inject_fault("stage:before_ledger_commit")
+    _add_ledger_rows(plan, rows, ledger_rows, now, run_id)
+    _append_ledger(paths.ledger, ledger_rows)
+    counts.update(
+        rows_read=sum(int(r["good"]) + int(r["bad"]) for r in rows.per_file),
+        staged=staged,
+        quarantined=quarantined,
+        staging_version=staging_version,
+        quarantine_version=quarantine_version,
+    )
+    return report
+
+
+def _plan_stage(context: StepContext, interval: Interval) -> _StagePlan:
+    """List the interval's landing and plan it against the ledger: the files to read, the entries
+    refused; an extract out of order, or one with a changed or refused file, stops the run."""
+    table, paths = context.table, context.paths
     listing = landing.list_landing(paths, interval, table.file_format)
     ledger = landing.read_ledger(delta.arrow_table_rows(paths.ledger))
     files = landing.plan_files(listing, ledger)
@@ -218,86 +290,135 @@ def run_stage(context: StepContext, interval: Interval) -> StepReport:
             _check_extract_files(table, interval, [], parquet.refusals)
     refused = {(r.batch, r.file) for r in refusals}
     to_read = [f for f in to_read if f.ident not in refused]
-    counts = report.counts
+    return _StagePlan(
+        listing,
+        ledger,
+        files,
+        staging,
+        pending,
+        refusals,
+        snapshot_batch,
+        to_read,
+        parquet,
+        refused,
+    )
+
+
+def _count_planned(counts: dict[str, Any], plan: _StagePlan) -> None:
+    """The run's counts as planned (rows and versions are counted when they are written)."""
     counts.update(
-        files=len(listing.files),
-        new_files=len(pending) + len(files.refused_files()),
+        files=len(plan.listing.files),
+        new_files=len(plan.pending) + len(plan.files.refused_files()),
         rows_read=0,
         staged=0,
         quarantined=0,
-        files_refused=len([r for r in refusals if r.source is not None]),
-        symlinks_refused=files.links,
-        unrecognised_entries=len(listing.unrecognised),
-        files_deferred=len(files.deferred),
+        files_refused=len([r for r in plan.refusals if r.source is not None]),
+        symlinks_refused=plan.files.links,
+        unrecognised_entries=len(plan.listing.unrecognised),
+        files_deferred=len(plan.files.deferred),
     )
-    _warn_landing(table, interval, listing, files, refusals)
-    quarantine = delta.load_snapshot(paths.quarantine)
-    now, run_id = datetime.now(UTC), delta.new_run_id()
-    ledger_rows = [
-        landing.ledger_row(f, f.batch, f.file, 0, 0, entry.refused, now, run_id)
-        for f, entry in files.touched
-    ]
-    if not pending and not refusals:
-        _append_ledger(paths.ledger, ledger_rows)
-        counts.update(staging_version=staging.version, quarantine_version=quarantine.version)
-        return report
-    # A crash between the staging, quarantine and ledger commits leaves a file recorded in some
-    # of them: each table takes only the rows of files it does not hold yet.
-    batches = sorted({f.batch for f in pending} | {r.batch for r in refusals})
-    in_staging = _files_in(spark, staging, batches)
-    in_quarantine = _files_in(spark, quarantine, batches)
-    delta.inject_fault("stage:before_first_write")
-    good: DataFrame | None = None
-    bad: DataFrame | None = None
-    per_file: list[Any] = []
-    release: list[Callable[[], Any]] = []
-    if to_read:
-        read_args = (interval, staging, snapshot_batch, in_staging, counts)
+
+
+def _read_planned(
+    context: StepContext,
+    interval: Interval,
+    plan: _StagePlan,
+    in_staging: set[tuple[str, str]],
+    counts: dict[str, Any],
+) -> _StageRows:
+    """Read and type the planned files. When Spark cannot read a Parquet batch, the files it cannot
+    read are found one by one, refused (added to the plan's refusals) and the rest read again."""
+    spark, table = context.spark, context.table
+    rows = _StageRows()
+    if plan.to_read:
+        read_args = (interval, plan.staging, plan.snapshot_batch, in_staging, counts)
         try:
-            good, bad, per_file, release = _typed_changes(context, to_read, parquet, *read_args)
+            rows.good, rows.bad, rows.per_file, rows.release = _typed_changes(
+                context, plan.to_read, plan.parquet, *read_args
+            )
         except CdcError:
             raise
         except Exception as error:
             if table.file_format != "parquet":
                 raise
-            unreadable = _files_spark_cannot_read(spark, to_read, error)
-            if is_snapshot:
+            unreadable = _files_spark_cannot_read(spark, plan.to_read, error)
+            if table.change_format == "snapshot":
                 _check_extract_files(table, interval, [], unreadable)
-            refusals += unreadable
-            refused |= {(r.batch, r.file) for r in unreadable}
-            to_read = [f for f in to_read if f.ident not in refused]
+            plan.refusals += unreadable
+            plan.refused |= {(r.batch, r.file) for r in unreadable}
+            plan.to_read = [f for f in plan.to_read if f.ident not in plan.refused]
             counts["files_refused"] += len(unreadable)
             for refusal in unreadable:
                 warn(
                     f"table {table.name}: {interval}: file {refusal.relative} refused "
                     f"(quarantined): {refusal.reason}"
                 )
-            parquet = landing.plan_parquet(to_read, table.columns, table.flag_source)
-            good, bad, per_file, release = (
-                _typed_changes(context, to_read, parquet, *read_args)
-                if to_read
+            plan.parquet = landing.plan_parquet(plan.to_read, table.columns, table.flag_source)
+            rows.good, rows.bad, rows.per_file, rows.release = (
+                _typed_changes(context, plan.to_read, plan.parquet, *read_args)
+                if plan.to_read
                 else (None, None, [], [])
             )
-    if good is not None and bad is not None and snapshot_batch is None:
+    return rows
+
+
+def _settle_crashed_run(
+    context: StepContext,
+    plan: _StagePlan,
+    rows: _StageRows,
+    in_staging: set[tuple[str, str]],
+    in_quarantine: set[tuple[str, str]],
+    ledger_rows: list[dict[str, Any]],
+    now: datetime,
+    run_id: str,
+) -> None:
+    """Change files only: settle the file versions a crashed run left in staging or quarantine
+    but not in the ledger (their rows dropped from `rows`, their ledger rows added)."""
+    if rows.good is not None and rows.bad is not None and plan.snapshot_batch is None:
         # A crash between the staging, quarantine and ledger commits leaves file versions in
         # staging or quarantine that the ledger does not know; their file may have changed since.
         settled = _settle_unrecorded(
-            context, ledger, pending, good, bad, per_file, in_staging, in_quarantine, files, refused
+            context,
+            plan.ledger,
+            plan.pending,
+            rows.good,
+            rows.bad,
+            rows.per_file,
+            in_staging,
+            in_quarantine,
+            plan.files,
+            plan.refused,
         )
-        good, bad, per_file, pending = settled.good, settled.bad, settled.per_file, settled.pending
+        rows.good, rows.bad, rows.per_file, plan.pending = (
+            settled.good,
+            settled.bad,
+            settled.per_file,
+            settled.pending,
+        )
         ledger_rows += [
             landing.ledger_row(None, batch, file, staged_rows, quarantined_rows, None, now, run_id)
             for batch, file, staged_rows, quarantined_rows in settled.recorded
         ]
-    if good is not None and bad is not None:
+
+
+def _leave_changed_files(
+    table: TableConfig,
+    interval: Interval,
+    plan: _StagePlan,
+    rows: _StageRows,
+    counts: dict[str, Any],
+) -> None:
+    """Drop the rows of files that changed while Spark read them: the next run stages their next
+    version (a changed extract file stops the run instead)."""
+    if rows.good is not None and rows.bad is not None:
         # A file that changed while Spark read it is left for the next run (its next version).
-        changed = [f for f in to_read if landing.has_changed(f)]
-        if changed and snapshot_batch is not None:
+        changed = [f for f in plan.to_read if landing.has_changed(f)]
+        if changed and plan.snapshot_batch is not None:
             raise InputError(
                 f"table {table.name}: {interval}: the extract file {changed[0].relative} changed "
                 "while it was read; nothing was staged: rerun the interval once it is complete"
             )
-        moved = [f for f in pending if f.path in {c.path for c in changed}]
+        moved = [f for f in plan.pending if f.path in {c.path for c in changed}]
         if moved:
             counts["files_deferred"] += len(moved)
             warn(
@@ -306,11 +427,24 @@ def run_stage(context: StepContext, interval: Interval) -> StepReport:
             )
             skipped = [f"{f.batch}/{f.file}" for f in moved]
             file_key = F.concat_ws("/", F.col(BATCH), F.col(FILE))
-            good = good.filter(~file_key.isin(skipped))
-            bad = bad.filter(~file_key.isin(skipped))
-            per_file = [r for r in per_file if f"{r[BATCH]}/{r[FILE]}" not in skipped]
-            pending = [f for f in pending if f"{f.batch}/{f.file}" not in skipped]
-    new_refusals = [r for r in refusals if (r.batch, r.file) not in in_quarantine]
+            rows.good = rows.good.filter(~file_key.isin(skipped))
+            rows.bad = rows.bad.filter(~file_key.isin(skipped))
+            rows.per_file = [r for r in rows.per_file if f"{r[BATCH]}/{r[FILE]}" not in skipped]
+            plan.pending = [f for f in plan.pending if f"{f.batch}/{f.file}" not in skipped]
+
+
+def _commit_rows(
+    context: StepContext,
+    plan: _StagePlan,
+    rows: _StageRows,
+    in_quarantine: set[tuple[str, str]],
+    quarantine: delta.Snapshot,
+) -> tuple[int, int, int, int]:
+    """Append the good rows to staging, then the bad rows and the new refusals to quarantine:
+    (rows staged, staging version, rows quarantined, quarantine version)."""
+    spark, table, paths = context.spark, context.table, context.paths
+    good, bad = rows.good, rows.bad
+    new_refusals = [r for r in plan.refusals if (r.batch, r.file) not in in_quarantine]
     if new_refusals or bad is None:
         schema = bad.schema if bad is not None else _quarantine_schema(table, quarantine)
         refused_rows = _refusal_rows(spark, new_refusals, schema)
@@ -320,15 +454,24 @@ def run_stage(context: StepContext, interval: Interval) -> StepReport:
             paths.staging, good, [BATCH], "stage", "stage:before_staging_commit"
         )
     else:
-        staged, staging_version = 0, staging.version
+        staged, staging_version = 0, plan.staging.version
     _evolve_quarantine(spark, paths.quarantine, bad.schema)
     quarantined, quarantine_version = _commit_append(
         paths.quarantine, bad, [BATCH], "quarantine", "stage:before_quarantine_commit"
     )
-    for done_with in release:
-        done_with()
-    delta.inject_fault("stage:before_ledger_commit")
-    by_ident = {f.ident: f for f in pending}
+    return staged, staging_version, quarantined, quarantine_version
+
+
+def _add_ledger_rows(
+    plan: _StagePlan,
+    rows: _StageRows,
+    ledger_rows: list[dict[str, Any]],
+    now: datetime,
+    run_id: str,
+) -> None:
+    """The ledger rows of the files read (their row counts), of the pending files that gave no
+    rows, and of the refusals."""
+    by_ident = {f.ident: f for f in plan.pending}
     ledger_rows += [
         landing.ledger_row(
             by_ident.get((r[BATCH], r[FILE])),
@@ -340,27 +483,19 @@ def run_stage(context: StepContext, interval: Interval) -> StepReport:
             now,
             run_id,
         )
-        for r in per_file
+        for r in rows.per_file
         if (r[BATCH], r[FILE]) in by_ident
     ]
-    done = {(r[BATCH], r[FILE]) for r in per_file}
+    done = {(r[BATCH], r[FILE]) for r in rows.per_file}
     ledger_rows += [
         landing.ledger_row(f, f.batch, f.file, 0, 0, None, now, run_id)
-        for f in pending
-        if f.ident not in done and f.ident not in refused
+        for f in plan.pending
+        if f.ident not in done and f.ident not in plan.refused
     ]
     ledger_rows += [
-        landing.ledger_row(r.source, r.batch, r.file, 0, 1, r.reason, now, run_id) for r in refusals
+        landing.ledger_row(r.source, r.batch, r.file, 0, 1, r.reason, now, run_id)
+        for r in plan.refusals
     ]
-    _append_ledger(paths.ledger, ledger_rows)
-    counts.update(
-        rows_read=sum(int(r["good"]) + int(r["bad"]) for r in per_file),
-        staged=staged,
-        quarantined=quarantined,
-        staging_version=staging_version,
-        quarantine_version=quarantine_version,
-    )
-    return report
 
 
 def _typed_changes(
