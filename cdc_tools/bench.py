@@ -44,7 +44,8 @@ from cdc_pipeline.intervals import HourBatch, Interval
 from cdc_pipeline.paths import TablePaths
 from spark_jobs import delta
 from spark_jobs.common import StepContext
-from spark_jobs.overwrite_final import final_schema, run_overwrite_final
+from spark_jobs.final_table import final_schema
+from spark_jobs.overwrite_final import run_overwrite_final
 from spark_jobs.session import is_connect
 from spark_jobs.stage import run_stage
 from spark_jobs.transforms import ARRIVAL, BATCH, FILE, FLAG, ROW, latest_change_per_key

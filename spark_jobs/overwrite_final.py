@@ -19,20 +19,29 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import pyarrow as pa
-import pyarrow.compute as pc
 from pyspark.sql import DataFrame, Window
 from pyspark.sql import functions as F
-from pyspark.sql.types import StringType, StructField, StructType
 
-from cdc_pipeline.config import TableConfig
 from cdc_pipeline.intervals import Interval
 from spark_jobs import delta, history
+from spark_jobs.append_only import append_inserts
 from spark_jobs.common import StepArgs, StepContext, StepReport, run_step
+from spark_jobs.final_table import (
+    evolve_to_staging,
+    final_schema,
+    partition_filters,
+    tombstone_schema,
+)
+from spark_jobs.key_lookup import (
+    ChangedKeys,
+    changed_keys_in_spark,
+    changed_keys_on_driver,
+    partitions_holding_keys,
+    with_broadcast_hint,
+)
 from spark_jobs.transforms import (
     ARRIVAL,
     FLAG,
-    latest_arrival_per_key_and_sequence,
     latest_change_per_key,
 )
 
@@ -46,38 +55,6 @@ BROADCAST_CHANGES_MAX = 1_000_000
 # Up to this many staged changes, the changed keys are collected to the driver (as Arrow) and
 # reach the joins as a local relation; above it they are a cached distinct of the changes.
 LOCAL_KEYS_MAX = 100_000
-
-
-def final_schema(staging_schema: StructType) -> StructType:
-    """Final's columns: staging's without the flag (data, partition and arrival columns)."""
-    return StructType([f for f in staging_schema.fields if f.name != FLAG])
-
-
-def tombstone_schema(staging_schema: StructType, table: TableConfig) -> StructType:
-    """Tombstones' columns: key, sequence and arrival of a delete."""
-    names = [*table.keys, *table.sequence_by, *ARRIVAL]
-    return StructType([staging_schema[n] for n in names])
-
-
-@dataclass
-class ChangedKeys:
-    """The interval's distinct changed keys and what the changes say about where they live."""
-
-    frame: DataFrame  # every distinct changed key (a local relation, or cached)
-    local: pa.Table | None  # the same keys on the driver (at most LOCAL_KEYS_MAX changes)
-    # The partitions the changes name: the upserts' (with partition_stable also the deletes'
-    # row images'); None: unpartitioned.
-    partitions: set[Any] | None
-    lookup: DataFrame  # the keys whose current partition is looked up in final
-    lookup_local: pa.Table | None  # the same on the driver, with `local`
-    broadcast: bool  # few enough to send to every task
-
-    def release(self) -> None:
-        """Drop the cached frames (the Spark path)."""
-        if self.local is None:
-            self.frame.unpersist()
-            if self.lookup is not self.frame:
-                self.lookup.unpersist()
 
 
 @dataclass
@@ -112,138 +89,6 @@ class Plan:
     def release(self) -> None:
         """Drop the cached ranking."""
         self.winners.unpersist()
-
-
-def partitions_holding_keys(
-    context: StepContext,
-    final: delta.Snapshot,
-    keys_df: DataFrame,
-    known: set[Any],
-    trust_unique: bool = True,
-    broadcast: bool = True,
-    local_keys: pa.Table | None = None,
-) -> set[Any]:
-    """Partition values of the final files holding any of the keys, outside `known`.
-
-    Final holds each key once, so a key found in the `known` partitions (those the changes
-    write to, rewritten anyway) is nowhere else: only the other keys (new keys, keys that
-    moved, key-only deletes) are looked up, and only in the files whose key statistics (min and
-    max of each key column, written with every file) can hold one of them. New keys above
-    every file's range, the common case, read no file at all; with the keys on the driver, a
-    change set that no file outside `known` can hold does not even read the known partitions.
-
-    A recompute after a failed commit (`trust_unique=False`) looks up every key anyway, so a
-    key that some other writer left in two partitions is found in both and healed (commits to
-    final are exclusive, so this step does not leave one). `broadcast`: the keys are few enough
-    to send to every task. `local_keys`: the same keys on the driver (at most LOCAL_KEYS_MAX,
-    the key columns only), whose ranges are then checked there, with no Spark job.
-    """
-    table = context.table
-    if not final.files or table.partition_column is None:
-        return set()
-    spark, keys = context.spark, list(table.keys)
-    column = table.partition_column
-    others = [f for f in final.files if f.partition_values.get(column) not in known]
-    if local_keys is not None:
-        # No file outside the known partitions can hold any of the keys (or there are no
-        # keys): nothing to look up.
-        others = files_in_key_ranges(others, local_keys)
-        if not others:
-            return set()
-    if known and trust_unique:
-        found = delta.read_snapshot(spark, final, partitions=known, columns=keys).join(
-            _small(keys_df, broadcast), on=keys, how="left_semi"
-        )  # the changed keys already in the known partitions: few rows, whatever final's size
-        if local_keys is not None:
-            found_keys = found.toArrow()  # metadata: at most LOCAL_KEYS_MAX keys
-            local_keys = local_keys.join(
-                found_keys.cast(local_keys.schema), keys, join_type="left anti"
-            )
-        else:
-            keys_df = keys_df.join(found, on=keys, how="left_anti")
-    if local_keys is not None:
-        candidates = files_in_key_ranges(others, local_keys)
-        if candidates:
-            keys_df = delta.local_frame(spark, local_keys, keys_df.schema)
-    else:
-        candidates = files_that_may_hold(context, final, others, keys_df)
-    if not candidates:
-        return set()
-    located = delta.read_snapshot(spark, final, columns=keys, with_file_name=True, files=candidates)
-    names = (
-        located.join(_small(keys_df, broadcast), on=keys, how="left_semi")
-        .select(delta.FILE_NAME_COLUMN)
-        .distinct()
-        .collect()  # metadata: file names (at most one per candidate file), not rows
-    )
-    by_name = {f.name: f.partition_values[column] for f in candidates}
-    return {by_name[row[0]] for row in names}
-
-
-def files_in_key_ranges(files: list[delta.DataFile], keys: pa.Table) -> list[delta.DataFile]:
-    """The files whose key ranges (from their statistics) contain at least one of the keys, an
-    Arrow table on the driver. A file is kept when a statistic is missing or does not compare
-    with its key column's type, and for floating-point keys (NaN order)."""
-    if keys.num_rows == 0:
-        return []
-    names = keys.column_names
-    exact = not any(pa.types.is_floating(keys[k].type) for k in names)
-    kept = []
-    for file in files:
-        if not exact or not all(k in file.min_values and k in file.max_values for k in names):
-            kept.append(file)
-            continue
-        try:
-            inside = None
-            for k in names:
-                column = keys[k]
-                low = pa.scalar(file.min_values[k], column.type)
-                high = pa.scalar(file.max_values[k], column.type)
-                part = pc.and_(pc.greater_equal(column, low), pc.less_equal(column, high))
-                inside = part if inside is None else pc.and_(inside, part)
-            if pc.any(inside).as_py():
-                kept.append(file)
-        except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError, TypeError):
-            kept.append(file)
-    return kept
-
-
-def files_that_may_hold(
-    context: StepContext, final: delta.Snapshot, files: list[delta.DataFile], keys_df: DataFrame
-) -> list[delta.DataFile]:
-    """The files whose key ranges (from their statistics) contain at least one of the keys;
-    files without statistics for every key column are always included."""
-    spark, keys = context.spark, list(context.table.keys)
-    ranged = [f for f in files if all(k in f.min_values and k in f.max_values for k in keys)]
-    unranged = [f for f in files if f not in ranged]
-    if not ranged or final.schema is None:
-        return files
-    fields = [StructField("__file", StringType(), False)]
-    for key in keys:
-        kind = final.schema[key].dataType
-        fields += [StructField(f"__min_{key}", kind), StructField(f"__max_{key}", kind)]
-    ranges = delta.local_frame(
-        spark,
-        [(f.name, *[v for k in keys for v in (f.min_values[k], f.max_values[k])]) for f in ranged],
-        StructType(fields),
-    )
-    inside = [F.col(k).between(F.col(f"__min_{k}"), F.col(f"__max_{k}")) for k in keys]
-    condition = inside[0]
-    for part in inside[1:]:
-        condition = condition & part
-    hits = {
-        row[0]
-        for row in keys_df.join(F.broadcast(ranges), condition)
-        .select("__file")
-        .distinct()
-        .collect()  # metadata: file names (at most one per file of the snapshot), not rows
-    }
-    return unranged + [f for f in ranged if f.name in hits]
-
-
-def _small(frame: DataFrame, broadcast: bool) -> DataFrame:
-    """`frame` with a broadcast hint when it is known to be small."""
-    return F.broadcast(frame) if broadcast else frame
 
 
 def as_changes(frame: DataFrame, columns: Sequence[str], flag: str) -> DataFrame:
@@ -298,7 +143,7 @@ def plan_rewrite(
     else:
         touched = None
         final_rows = delta.read_snapshot(spark, final)
-    small_keys = _small(keys_df, broadcast)
+    small_keys = with_broadcast_hint(keys_df, broadcast)
     remembered = delta.read_snapshot(spark, tombstones).join(small_keys, on=keys, how="left_semi")
     # Every current row of a changed key is ranked, so a key left twice in the touched
     # partitions comes out once. A recompute (a commit landed before ours) ranks every row of
@@ -361,30 +206,6 @@ def plan_rewrite(
     # Both tables' rows in one frame, written by one Spark job.
     output = unchanged.unionByName(ranked)
     return Plan(touched, output, winners)
-
-
-def _partition_filters(
-    table: TableConfig, touched: set[Any] | None
-) -> list[tuple[str, str, Any]] | None:
-    if touched is None or table.partition_column is None:
-        return None
-    values = sorted(v for v in (delta.partition_value_string(t) for t in touched) if v is not None)
-    return [(table.partition_column, "in", values)]
-
-
-def evolve_to_staging(context: StepContext, staging_schema: StructType, report: StepReport) -> None:
-    """Give final (and tombstones) the columns and widened types staging has gained."""
-    table, paths, spark = context.table, context.paths, context.spark
-    changed = delta.evolve_table(spark, paths.final, final_schema(staging_schema))
-    if not table.insert_only:
-        delta.evolve_table(spark, paths.tombstones, tombstone_schema(staging_schema, table))
-    if changed:
-        report.counts["schema_changes"] = len(changed)
-        print(
-            f"warning: table {table.name}: final schema evolved: {', '.join(changed)}",
-            file=sys.stderr,
-            flush=True,
-        )
 
 
 def apply_changes(context: StepContext, changes: DataFrame, report: StepReport) -> None:
@@ -462,7 +283,7 @@ def apply_changes(context: StepContext, changes: DataFrame, report: StepReport) 
                 "overwrite",
                 "overwrite_final",
                 run_id,
-                _partition_filters(table, plan.touched),
+                partition_filters(table, plan.touched),
                 exclusive=True,
             )
             if result is None:
@@ -479,129 +300,6 @@ def apply_changes(context: StepContext, changes: DataFrame, report: StepReport) 
     finally:
         changed.release()
     report.counts.update(tombstones_added=tombstones_added, attempts=attempts)
-
-
-def changed_keys_in_spark(context: StepContext, changes: DataFrame, broadcast: bool) -> ChangedKeys:
-    """The changed keys as cached Spark frames, for change sets above LOCAL_KEYS_MAX."""
-    table = context.table
-    keys, column = list(table.keys), table.partition_column
-    frame = changes.select(*keys).distinct().persist()
-    if column is None:
-        return ChangedKeys(frame, None, None, frame, None, broadcast)
-    try:
-        placed = changes if table.partition_stable else changes.filter(F.col(FLAG) != "D")
-        partitions = delta.partition_values_of(placed, column) - {None}
-    except Exception:
-        frame.unpersist()
-        raise
-    if not table.partition_stable:
-        return ChangedKeys(frame, None, partitions, frame, None, broadcast)
-    # A stable key lives in the partition its inserts and updates name: only keys with a
-    # delete are looked up (a key-only delete names none; a row image may be partial).
-    lookup = changes.filter(F.col(FLAG) == "D").select(*keys).distinct().persist()
-    return ChangedKeys(frame, None, partitions, lookup, None, broadcast)
-
-
-def changed_keys_on_driver(
-    context: StepContext, changes: DataFrame, broadcast: bool
-) -> ChangedKeys:
-    """The changed keys as local relations and as Arrow, and their partitions, from one Spark
-    job over the changes.
-
-    For at most LOCAL_KEYS_MAX changes: the keys then reach every join from the driver, with no
-    job to cache or broadcast them, and their key ranges are checked there.
-    """
-    table, spark = context.table, context.spark
-    keys, column = list(table.keys), table.partition_column
-    wanted = changes.select(*keys, *([column] if column else []), FLAG)
-    summary = wanted.toArrow()  # metadata: at most LOCAL_KEYS_MAX rows of keys and flags
-    distinct = summary.select(keys).group_by(keys).aggregate([])
-    schema = changes.select(*keys).schema
-    frame = delta.local_frame(spark, distinct, schema)
-    if column is None:
-        return ChangedKeys(frame, distinct, None, frame, distinct, broadcast)
-    stable = table.partition_stable
-    placed = summary if stable else summary.filter(pc.not_equal(summary[FLAG], "D"))
-    values = pc.unique(placed[column]).drop_null().to_pylist()
-    partitions = {delta.canonical_partition_value(v) for v in values}
-    if not stable:
-        return ChangedKeys(frame, distinct, partitions, frame, distinct, broadcast)
-    # A stable key lives in the partition its inserts and updates name: only keys with a
-    # delete are looked up (a key-only delete names none; a row image may be partial).
-    deleted = summary.filter(pc.equal(summary[FLAG], "D")).select(keys)
-    lookup = deleted.group_by(keys).aggregate([])
-    return ChangedKeys(
-        frame, distinct, partitions, delta.local_frame(spark, lookup, schema), lookup, broadcast
-    )
-
-
-def append_inserts(context: StepContext, changes: DataFrame, report: StepReport) -> None:
-    """Insert-only path: append each (key, sequence) not yet in final; never rewrite old files."""
-    table, paths, spark = context.table, context.paths, context.spark
-    partition_by = table.partition_by
-    delta.ensure_table(paths.final, final_schema(changes.schema), partition_by)
-    evolve_to_staging(context, changes.schema, report)
-    identity = [*table.keys, *table.sequence_by]
-    fresh_candidates = latest_arrival_per_key_and_sequence(
-        changes, table.keys, table.sequence_by
-    ).drop(FLAG)
-    partitions = None
-    if table.partition_column:
-        partitions = delta.partition_values_of(changes, table.partition_column)
-
-    def attempt_append(attempt: int) -> int | None:
-        final = delta.load_snapshot(paths.final)
-        existing = delta.read_snapshot(spark, final, partitions=partitions, columns=identity)
-        fresh = fresh_candidates.join(existing, on=identity, how="left_anti")
-        run_id = delta.new_run_id()
-        written = delta.write_files(fresh, paths.final, partition_by, run_id, table.zorder_by)
-        report.counts.update(
-            rows_written=written.rows, partitions_rewritten=0, final_version=final.version
-        )
-        if not written.actions:
-            return attempt
-        delta.inject_fault("overwrite_final:before_commit")
-        result = delta.try_commit(final, written, "append", "append_inserts", run_id)
-        if result is None:
-            return None
-        report.counts["final_version"] = result.version
-        if result.interfering_versions:
-            # A concurrent append may hold the same events: remove duplicates where they can be.
-            report.counts["final_version"] = remove_duplicate_events(context, partitions)
-        return attempt
-
-    report.counts["attempts"] = delta.with_retries(f"table {table.name}: final", attempt_append)
-
-
-def remove_duplicate_events(context: StepContext, partitions: set[Any] | None) -> int:
-    """Rewrite the given partitions of an insert-only final with one row per (key, sequence)."""
-    table, paths, spark = context.table, context.paths, context.spark
-    identity = [*table.keys, *table.sequence_by]
-    partition_by = table.partition_by
-
-    def attempt(_: int) -> int | None:
-        final = delta.load_snapshot(paths.final)
-        rows = delta.read_snapshot(spark, final, partitions=partitions)
-        duplicates = rows.groupBy(*identity).count().filter(F.col("count") > 1).limit(1).count()
-        if duplicates == 0:
-            return final.version
-        deduplicated = latest_arrival_per_key_and_sequence(rows, table.keys, table.sequence_by)
-        run_id = delta.new_run_id()
-        written = delta.write_files(
-            deduplicated, paths.final, partition_by, run_id, table.zorder_by
-        )
-        result = delta.try_commit(
-            final,
-            written,
-            "overwrite",
-            "deduplicate",
-            run_id,
-            _partition_filters(table, partitions),
-            exclusive=True,
-        )
-        return None if result is None else result.version
-
-    return delta.with_retries(f"table {table.name}: removing duplicate events", attempt)
 
 
 def history_seed(context: StepContext, columns: Sequence[str]) -> DataFrame | None:

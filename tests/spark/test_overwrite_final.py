@@ -560,7 +560,7 @@ def test_moved_key_lookup_reads_only_files_whose_key_range_can_hold_it(
     """Files carry min/max key statistics; new keys and keys found in the partitions being
     rewritten need no lookup, and a moved key is looked up in the files of its range only."""
     from spark_jobs import delta
-    from spark_jobs.overwrite_final import files_that_may_hold, partitions_holding_keys
+    from spark_jobs.key_lookup import files_that_may_hold, partitions_holding_keys
 
     table = workspace.configure(YEARLY)["orders"]
     paths = workspace.paths("orders")

@@ -1,0 +1,50 @@
+"""The final and tombstones tables as overwrite-final writes them: their columns (from
+staging's), their schema evolution to staging's, and the partition filter of a rewrite."""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+from pyspark.sql.types import StructType
+
+from cdc_pipeline.config import TableConfig
+from spark_jobs import delta
+from spark_jobs.common import StepContext, StepReport
+from spark_jobs.transforms import ARRIVAL, FLAG
+
+
+def final_schema(staging_schema: StructType) -> StructType:
+    """Final's columns: staging's without the flag (data, partition and arrival columns)."""
+    return StructType([f for f in staging_schema.fields if f.name != FLAG])
+
+
+def tombstone_schema(staging_schema: StructType, table: TableConfig) -> StructType:
+    """Tombstones' columns: key, sequence and arrival of a delete."""
+    names = [*table.keys, *table.sequence_by, *ARRIVAL]
+    return StructType([staging_schema[n] for n in names])
+
+
+def evolve_to_staging(context: StepContext, staging_schema: StructType, report: StepReport) -> None:
+    """Give final (and tombstones) the columns and widened types staging has gained."""
+    table, paths, spark = context.table, context.paths, context.spark
+    changed = delta.evolve_table(spark, paths.final, final_schema(staging_schema))
+    if not table.insert_only:
+        delta.evolve_table(spark, paths.tombstones, tombstone_schema(staging_schema, table))
+    if changed:
+        report.counts["schema_changes"] = len(changed)
+        print(
+            f"warning: table {table.name}: final schema evolved: {', '.join(changed)}",
+            file=sys.stderr,
+            flush=True,
+        )
+
+
+def partition_filters(
+    table: TableConfig, touched: set[Any] | None
+) -> list[tuple[str, str, Any]] | None:
+    """The delta-rs filter of the touched partitions a rewrite replaces (None: the whole table)."""
+    if touched is None or table.partition_column is None:
+        return None
+    values = sorted(v for v in (delta.partition_value_string(t) for t in touched) if v is not None)
+    return [(table.partition_column, "in", values)]

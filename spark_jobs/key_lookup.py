@@ -1,0 +1,230 @@
+"""Overwrite-final's key lookup: the interval's changed keys, and the partitions of final that
+hold them now.
+
+The changed keys are collected once per run, on the driver as Arrow for small change sets or as
+cached Spark frames above `overwrite_final.LOCAL_KEYS_MAX`, with the partitions the changes
+name. A key's current partition is found only in the final files whose key statistics (min and
+max of each key column) can hold it, so new keys above every file's range read no file.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
+from pyspark.sql.types import StringType, StructField, StructType
+
+from spark_jobs import delta
+from spark_jobs.common import StepContext
+from spark_jobs.transforms import FLAG
+
+
+@dataclass
+class ChangedKeys:
+    """The interval's distinct changed keys and what the changes say about where they live."""
+
+    frame: DataFrame  # every distinct changed key (a local relation, or cached)
+    local: pa.Table | None  # the same keys on the driver (at most LOCAL_KEYS_MAX changes)
+    # The partitions the changes name: the upserts' (with partition_stable also the deletes'
+    # row images'); None: unpartitioned.
+    partitions: set[Any] | None
+    lookup: DataFrame  # the keys whose current partition is looked up in final
+    lookup_local: pa.Table | None  # the same on the driver, with `local`
+    broadcast: bool  # few enough to send to every task
+
+    def release(self) -> None:
+        """Drop the cached frames (the Spark path)."""
+        if self.local is None:
+            self.frame.unpersist()
+            if self.lookup is not self.frame:
+                self.lookup.unpersist()
+
+
+def partitions_holding_keys(
+    context: StepContext,
+    final: delta.Snapshot,
+    keys_df: DataFrame,
+    known: set[Any],
+    trust_unique: bool = True,
+    broadcast: bool = True,
+    local_keys: pa.Table | None = None,
+) -> set[Any]:
+    """Partition values of the final files holding any of the keys, outside `known`.
+
+    Final holds each key once, so a key found in the `known` partitions (those the changes
+    write to, rewritten anyway) is nowhere else: only the other keys (new keys, keys that
+    moved, key-only deletes) are looked up, and only in the files whose key statistics (min and
+    max of each key column, written with every file) can hold one of them. New keys above
+    every file's range, the common case, read no file at all; with the keys on the driver, a
+    change set that no file outside `known` can hold does not even read the known partitions.
+
+    A recompute after a failed commit (`trust_unique=False`) looks up every key anyway, so a
+    key that some other writer left in two partitions is found in both and healed (commits to
+    final are exclusive, so this step does not leave one). `broadcast`: the keys are few enough
+    to send to every task. `local_keys`: the same keys on the driver (at most LOCAL_KEYS_MAX,
+    the key columns only), whose ranges are then checked there, with no Spark job.
+    """
+    table = context.table
+    if not final.files or table.partition_column is None:
+        return set()
+    spark, keys = context.spark, list(table.keys)
+    column = table.partition_column
+    others = [f for f in final.files if f.partition_values.get(column) not in known]
+    if local_keys is not None:
+        # No file outside the known partitions can hold any of the keys (or there are no
+        # keys): nothing to look up.
+        others = files_in_key_ranges(others, local_keys)
+        if not others:
+            return set()
+    if known and trust_unique:
+        found = delta.read_snapshot(spark, final, partitions=known, columns=keys).join(
+            with_broadcast_hint(keys_df, broadcast), on=keys, how="left_semi"
+        )  # the changed keys already in the known partitions: few rows, whatever final's size
+        if local_keys is not None:
+            found_keys = found.toArrow()  # metadata: at most LOCAL_KEYS_MAX keys
+            local_keys = local_keys.join(
+                found_keys.cast(local_keys.schema), keys, join_type="left anti"
+            )
+        else:
+            keys_df = keys_df.join(found, on=keys, how="left_anti")
+    if local_keys is not None:
+        candidates = files_in_key_ranges(others, local_keys)
+        if candidates:
+            keys_df = delta.local_frame(spark, local_keys, keys_df.schema)
+    else:
+        candidates = files_that_may_hold(context, final, others, keys_df)
+    if not candidates:
+        return set()
+    located = delta.read_snapshot(spark, final, columns=keys, with_file_name=True, files=candidates)
+    names = (
+        located.join(with_broadcast_hint(keys_df, broadcast), on=keys, how="left_semi")
+        .select(delta.FILE_NAME_COLUMN)
+        .distinct()
+        .collect()  # metadata: file names (at most one per candidate file), not rows
+    )
+    by_name = {f.name: f.partition_values[column] for f in candidates}
+    return {by_name[row[0]] for row in names}
+
+
+def files_in_key_ranges(files: list[delta.DataFile], keys: pa.Table) -> list[delta.DataFile]:
+    """The files whose key ranges (from their statistics) contain at least one of the keys, an
+    Arrow table on the driver. A file is kept when a statistic is missing or does not compare
+    with its key column's type, and for floating-point keys (NaN order)."""
+    if keys.num_rows == 0:
+        return []
+    names = keys.column_names
+    exact = not any(pa.types.is_floating(keys[k].type) for k in names)
+    kept = []
+    for file in files:
+        if not exact or not all(k in file.min_values and k in file.max_values for k in names):
+            kept.append(file)
+            continue
+        try:
+            inside = None
+            for k in names:
+                column = keys[k]
+                low = pa.scalar(file.min_values[k], column.type)
+                high = pa.scalar(file.max_values[k], column.type)
+                part = pc.and_(pc.greater_equal(column, low), pc.less_equal(column, high))
+                inside = part if inside is None else pc.and_(inside, part)
+            if pc.any(inside).as_py():
+                kept.append(file)
+        except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError, TypeError):
+            kept.append(file)
+    return kept
+
+
+def files_that_may_hold(
+    context: StepContext, final: delta.Snapshot, files: list[delta.DataFile], keys_df: DataFrame
+) -> list[delta.DataFile]:
+    """The files whose key ranges (from their statistics) contain at least one of the keys;
+    files without statistics for every key column are always included."""
+    spark, keys = context.spark, list(context.table.keys)
+    ranged = [f for f in files if all(k in f.min_values and k in f.max_values for k in keys)]
+    unranged = [f for f in files if f not in ranged]
+    if not ranged or final.schema is None:
+        return files
+    fields = [StructField("__file", StringType(), False)]
+    for key in keys:
+        kind = final.schema[key].dataType
+        fields += [StructField(f"__min_{key}", kind), StructField(f"__max_{key}", kind)]
+    ranges = delta.local_frame(
+        spark,
+        [(f.name, *[v for k in keys for v in (f.min_values[k], f.max_values[k])]) for f in ranged],
+        StructType(fields),
+    )
+    inside = [F.col(k).between(F.col(f"__min_{k}"), F.col(f"__max_{k}")) for k in keys]
+    condition = inside[0]
+    for part in inside[1:]:
+        condition = condition & part
+    hits = {
+        row[0]
+        for row in keys_df.join(F.broadcast(ranges), condition)
+        .select("__file")
+        .distinct()
+        .collect()  # metadata: file names (at most one per file of the snapshot), not rows
+    }
+    return unranged + [f for f in ranged if f.name in hits]
+
+
+def with_broadcast_hint(frame: DataFrame, broadcast: bool) -> DataFrame:
+    """`frame` with a broadcast hint when it is known to be small."""
+    return F.broadcast(frame) if broadcast else frame
+
+
+def changed_keys_in_spark(context: StepContext, changes: DataFrame, broadcast: bool) -> ChangedKeys:
+    """The changed keys as cached Spark frames, for change sets above LOCAL_KEYS_MAX."""
+    table = context.table
+    keys, column = list(table.keys), table.partition_column
+    frame = changes.select(*keys).distinct().persist()
+    if column is None:
+        return ChangedKeys(frame, None, None, frame, None, broadcast)
+    try:
+        placed = changes if table.partition_stable else changes.filter(F.col(FLAG) != "D")
+        partitions = delta.partition_values_of(placed, column) - {None}
+    except Exception:
+        frame.unpersist()
+        raise
+    if not table.partition_stable:
+        return ChangedKeys(frame, None, partitions, frame, None, broadcast)
+    # A stable key lives in the partition its inserts and updates name: only keys with a
+    # delete are looked up (a key-only delete names none; a row image may be partial).
+    lookup = changes.filter(F.col(FLAG) == "D").select(*keys).distinct().persist()
+    return ChangedKeys(frame, None, partitions, lookup, None, broadcast)
+
+
+def changed_keys_on_driver(
+    context: StepContext, changes: DataFrame, broadcast: bool
+) -> ChangedKeys:
+    """The changed keys as local relations and as Arrow, and their partitions, from one Spark
+    job over the changes.
+
+    For at most LOCAL_KEYS_MAX changes: the keys then reach every join from the driver, with no
+    job to cache or broadcast them, and their key ranges are checked there.
+    """
+    table, spark = context.table, context.spark
+    keys, column = list(table.keys), table.partition_column
+    wanted = changes.select(*keys, *([column] if column else []), FLAG)
+    summary = wanted.toArrow()  # metadata: at most LOCAL_KEYS_MAX rows of keys and flags
+    distinct = summary.select(keys).group_by(keys).aggregate([])
+    schema = changes.select(*keys).schema
+    frame = delta.local_frame(spark, distinct, schema)
+    if column is None:
+        return ChangedKeys(frame, distinct, None, frame, distinct, broadcast)
+    stable = table.partition_stable
+    placed = summary if stable else summary.filter(pc.not_equal(summary[FLAG], "D"))
+    values = pc.unique(placed[column]).drop_null().to_pylist()
+    partitions = {delta.canonical_partition_value(v) for v in values}
+    if not stable:
+        return ChangedKeys(frame, distinct, partitions, frame, distinct, broadcast)
+    # A stable key lives in the partition its inserts and updates name: only keys with a
+    # delete are looked up (a key-only delete names none; a row image may be partial).
+    deleted = summary.filter(pc.equal(summary[FLAG], "D")).select(keys)
+    lookup = deleted.group_by(keys).aggregate([])
+    return ChangedKeys(
+        frame, distinct, partitions, delta.local_frame(spark, lookup, schema), lookup, broadcast
+    )
