@@ -2,6 +2,7 @@
 
 One entry module per step (`stage`, `overwrite_final`, `optimize`, `vacuum`, `reset_staging`,
 `as_of`, `check`) and what they share: reading landing files (`landing`, `formats`,
-`csv_format`, `snapshots`), the change rules (`transforms`, `history`) and the Delta adapter
-(`delta`). Never imports Airflow or the tools.
+`csv_format`, `extracts`), the change rules (`transforms`, `history`), overwrite-final's parts
+(`key_lookup`, `append_only`, `final_table`) and the Delta adapter (`delta`). Never imports
+Airflow or the tools.
 """

@@ -22,7 +22,7 @@ from cdc_pipeline.config import TableConfig
 from cdc_pipeline.errors import CdcError, ConfigError, InputError
 from cdc_pipeline.intervals import HOUR_FOLDER_PATTERN, Interval
 from cdc_pipeline.schema import plan_schema
-from spark_jobs import delta, landing, snapshots
+from spark_jobs import delta, extracts, landing
 from spark_jobs.common import StepArgs, StepContext, StepReport, run_step
 from spark_jobs.csv_format import read_csv_changes
 from spark_jobs.formats import ChangeRead, read_json_changes
@@ -149,7 +149,7 @@ def table_column_types(table: TableConfig, staging: delta.Snapshot) -> dict[str,
     """Staging's data columns and types (None before staging exists)."""
     if staging.schema is None:
         return None
-    technical = {*ARRIVAL, FLAG, table.partition_column, *snapshots.HASH_COLUMNS}
+    technical = {*ARRIVAL, FLAG, table.partition_column, *extracts.HASH_COLUMNS}
     return {
         f.name: f.dataType.simpleString() for f in staging.schema.fields if f.name not in technical
     }
@@ -159,7 +159,7 @@ def staging_columns(table: TableConfig, column_types: dict[str, str]) -> list[st
     """Staging's columns: data columns (and a snapshot's hashes), the partition column, the flag
     and the arrival columns."""
     partition = table.partition_by
-    hashes = list(snapshots.HASH_COLUMNS) if table.change_format == "snapshot" else []
+    hashes = list(extracts.HASH_COLUMNS) if table.change_format == "snapshot" else []
     return [*column_types, *hashes, *partition, FLAG, *ARRIVAL]
 
 
@@ -277,7 +277,7 @@ def _plan_stage(context: StepContext, interval: Interval) -> _StagePlan:
         _check_extract_files(table, interval, files.changed_versions, refusals)
     if pending and is_snapshot:
         batch_ledger = {e.batch for e in ledger.values() if e.refused is None}
-        snapshot_batch = snapshots.check_order(
+        snapshot_batch = extracts.check_order(
             context, interval, [f.batch for f in pending], batch_ledger, staging
         )
     # A full extract is compared as a whole: all its files, also those staged before.
@@ -519,8 +519,8 @@ def _typed_changes(
     if versions:
         raw = raw.withColumn(FILE, _arrival_names(versions))
     if snapshot_batch is not None:
-        raw = raw.withColumn(snapshots.SNAPSHOT_AT, snapshots.snapshot_time(F.col(BATCH)))
-        read.batch_types[snapshots.SNAPSHOT_AT] = "timestamp"
+        raw = raw.withColumn(extracts.SNAPSHOT_AT, extracts.snapshot_time(F.col(BATCH)))
+        read.batch_types[extracts.SNAPSHOT_AT] = "timestamp"
     counts.update(read.ignored)
     if read.undeclared:
         counts["undeclared_columns_ignored"] = len(read.undeclared)
@@ -552,7 +552,7 @@ def _typed_changes(
     try:
         typed = type_changes(raw, table, column_types, flag_present)
         if is_snapshot:
-            typed = snapshots.with_hashes(typed, table, list(column_types))
+            typed = extracts.with_hashes(typed, table, list(column_types))
         typed = typed.persist()
         try:
             # The first action over the rows: a file Spark cannot read fails here, before any
@@ -585,7 +585,7 @@ def _typed_changes(
         held = typed.filter(F.col(REASON).isNotNull())  # quarantined rows whose key is known
         for key in table.keys:
             held = held.filter(F.col(key).isNotNull())
-        derived, operations = snapshots.derive_changes(context, good, held, snapshot_batch, columns)
+        derived, operations = extracts.derive_changes(context, good, held, snapshot_batch, columns)
         counts.update(operations)
         good = derived
         release.append(derived.unpersist)

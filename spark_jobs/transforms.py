@@ -58,7 +58,7 @@ def columns_as_json(columns: Sequence[str]) -> Column:
 def compared_columns(columns: Sequence[str], skipped: Collection[str | None]) -> list[str]:
     """The columns a change is detected on, sorted: all but `skipped` and the `_cdc_` columns.
 
-    The one rule behind a snapshot's row hash (`snapshots.row_hash_columns`) and history's
+    The one rule behind a snapshot's row hash (`extracts.row_hash_columns`) and history's
     default tracked columns (`history.tracked_columns`); each passes the columns it skips."""
     return sorted(c for c in columns if c not in skipped and not c.startswith("_cdc_"))
 
