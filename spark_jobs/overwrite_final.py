@@ -22,6 +22,7 @@ from typing import Any
 from pyspark.sql import DataFrame, Window
 from pyspark.sql import functions as F
 
+from cdc_pipeline.config import TableConfig
 from cdc_pipeline.intervals import Interval
 from spark_jobs import delta, history
 from spark_jobs.append_only import append_inserts
@@ -121,6 +122,36 @@ def plan_rewrite(
     keys = list(table.keys)
     change_columns = changes.columns
     keys_df, broadcast = changed.frame, changed.broadcast
+    touched, final_rows = _touched_rows(context, changed, final, attempt)
+    small_keys = with_broadcast_hint(keys_df, broadcast)
+    remembered = delta.read_snapshot(spark, tombstones).join(small_keys, on=keys, how="left_semi")
+    # Every current row of a changed key is ranked, so a key left twice in the touched
+    # partitions comes out once. A recompute (a commit landed before ours) ranks every row of
+    # them: cheap insurance against rows doubled by a writer that is not this step, such as an
+    # OPTIMIZE racing an overwrite that was not exclusive.
+    heal = attempt > 1
+    current = final_rows if heal else final_rows.join(small_keys, on=keys, how="left_semi")
+    candidates = _candidates(changes, change_columns, current, remembered, keys)
+    # A tie (the same delete staged again and already remembered) goes to the remembered copy,
+    # so a delete that wins is new exactly when it is not a remembered one; a tie between a
+    # change and its copy in final goes to the copy, so a change applied before is no change.
+    winners = latest_change_per_key(
+        candidates,
+        keys,
+        table.sequence_by,
+        tiebreak=[F.col(REMEMBERED).desc(), F.col(FROM_CHANGE).asc()],
+    ).persist()
+    output = _routed_output(table, winners, final_rows, small_keys, change_columns, heal)
+    return Plan(touched, output, winners)
+
+
+def _touched_rows(
+    context: StepContext, changed: ChangedKeys, final: delta.Snapshot, attempt: int
+) -> tuple[set[Any] | None, DataFrame]:
+    """The touched partitions (None: unpartitioned, the whole table) and final's rows in them:
+    the partitions the changes name plus those holding the changed keys now."""
+    spark, table = context.spark, context.table
+    keys_df, broadcast = changed.frame, changed.broadcast
     if table.partition_column is not None:
         if changed.partitions is None:
             raise ValueError(f"table {table.name}: plan_rewrite needs the changes' partitions")
@@ -143,14 +174,18 @@ def plan_rewrite(
     else:
         touched = None
         final_rows = delta.read_snapshot(spark, final)
-    small_keys = with_broadcast_hint(keys_df, broadcast)
-    remembered = delta.read_snapshot(spark, tombstones).join(small_keys, on=keys, how="left_semi")
-    # Every current row of a changed key is ranked, so a key left twice in the touched
-    # partitions comes out once. A recompute (a commit landed before ours) ranks every row of
-    # them: cheap insurance against rows doubled by a writer that is not this step, such as an
-    # OPTIMIZE racing an overwrite that was not exclusive.
-    heal = attempt > 1
-    current = final_rows if heal else final_rows.join(small_keys, on=keys, how="left_semi")
+    return touched, final_rows
+
+
+def _candidates(
+    changes: DataFrame,
+    change_columns: list[str],
+    current: DataFrame,
+    remembered: DataFrame,
+    keys: list[str],
+) -> DataFrame:
+    """The rows ranked per key: the changes, the current rows (U) and the remembered deletes (D)
+    of their keys, marked REMEMBERED / FROM_CHANGE and with their key's CURRENT_ROWS."""
     candidates = (
         changes.select(
             *change_columns, F.lit(False).alias(REMEMBERED), F.lit(True).alias(FROM_CHANGE)
@@ -175,15 +210,20 @@ def plan_rewrite(
             Window.partitionBy(*[F.col(k) for k in keys])
         ),
     )
-    # A tie (the same delete staged again and already remembered) goes to the remembered copy,
-    # so a delete that wins is new exactly when it is not a remembered one; a tie between a
-    # change and its copy in final goes to the copy, so a change applied before is no change.
-    winners = latest_change_per_key(
-        candidates,
-        keys,
-        table.sequence_by,
-        tiebreak=[F.col(REMEMBERED).desc(), F.col(FROM_CHANGE).asc()],
-    ).persist()
+    return candidates
+
+
+def _routed_output(
+    table: TableConfig,
+    winners: DataFrame,
+    final_rows: DataFrame,
+    small_keys: DataFrame,
+    change_columns: list[str],
+    heal: bool,
+) -> DataFrame:
+    """Final's new rows and the new tombstones in one frame, told apart by ROUTE: the winners,
+    and (unless healing) the other rows of the touched partitions copied as they are."""
+    keys = list(table.keys)
     is_delete = F.col(FLAG) == "D"
     output_columns = [c for c in change_columns if c != FLAG]
     tombstone_columns = {*keys, *table.sequence_by, *ARRIVAL}
@@ -205,7 +245,7 @@ def plan_rewrite(
     ).select(*output_columns, F.lit("final").alias(ROUTE))
     # Both tables' rows in one frame, written by one Spark job.
     output = unchanged.unionByName(ranked)
-    return Plan(touched, output, winners)
+    return output
 
 
 def apply_changes(context: StepContext, changes: DataFrame, report: StepReport) -> None:
