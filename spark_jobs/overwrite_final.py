@@ -17,6 +17,7 @@ from __future__ import annotations
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from pyspark.sql import DataFrame, Window
@@ -265,7 +266,7 @@ def apply_changes(context: StepContext, changes: DataFrame, report: StepReport) 
         "final": (paths.final, partition_by, final_schema(staging_schema).fieldNames()),
         "tombstones": (paths.tombstones, [], tombstone_schema(staging_schema, table).fieldNames()),
     }
-    tombstones_added = 0
+    rewrite = _Rewrite(context, changes, changed, routes, report)
     try:
         if changed.local is not None and changed.lookup_local is not None:
             report.counts["keys"] = changed.local.num_rows
@@ -277,69 +278,81 @@ def apply_changes(context: StepContext, changes: DataFrame, report: StepReport) 
                 if changed.lookup is not changed.frame
                 else report.counts["keys"]
             )
+        attempts = delta.with_retries(f"table {table.name}: final", rewrite.attempt_rewrite)
+    finally:
+        changed.release()
+    report.counts.update(tombstones_added=rewrite.tombstones_added, attempts=attempts)
 
-        def attempt_rewrite(attempt: int) -> int | None:
-            """One attempt from fresh snapshots; its number when done, None after a lost race."""
-            nonlocal tombstones_added
-            final = delta.load_snapshot(paths.final)
-            tombstones = delta.load_snapshot(paths.tombstones)  # after final: see the run order
-            plan = plan_rewrite(context, changes, changed, final, tombstones, attempt)
-            try:
-                if plan.changes_nothing():
-                    # A rerun of an applied interval: nothing to commit, final keeps its version.
-                    report.counts.update(
-                        partitions_rewritten=0, rows_written=0, final_version=final.version
-                    )
-                    return attempt
-                run_id = delta.new_run_id()
-                written = delta.write_routed(plan.output, routes, run_id, table.zorder_by)
-            finally:
-                plan.release()
-            new_final, new_tombstones = written["final"], written["tombstones"]
-            if new_tombstones.actions:
-                # Before final, so a delete is never applied without being remembered.
-                remembered = delta.try_commit(
-                    tombstones, new_tombstones, "append", "tombstones", run_id
-                )
-                if remembered is None:
-                    new_final.delete()
-                    return None
-                tombstones_added += new_tombstones.rows
-                if remembered.interfering_versions:
-                    # Another run may have remembered the same deletes: keep one copy of each.
-                    delta.remove_duplicate_rows(context.spark, paths.tombstones, "tombstones")
-            if plan.touched is not None and not plan.touched:
-                new_final.delete()
+
+@dataclass
+class _Rewrite:
+    """The upsert/delete path's attempts at rewriting final, and the deletes they remembered."""
+
+    context: StepContext
+    changes: DataFrame
+    changed: ChangedKeys
+    routes: dict[str, tuple[Path, list[str], list[str]]]
+    report: StepReport
+    tombstones_added: int = 0
+
+    def attempt_rewrite(self, attempt: int) -> int | None:
+        """One attempt from fresh snapshots; its number when done, None after a lost race."""
+        context, report = self.context, self.report
+        table, paths = context.table, context.paths
+        final = delta.load_snapshot(paths.final)
+        tombstones = delta.load_snapshot(paths.tombstones)  # after final: see the run order
+        plan = plan_rewrite(context, self.changes, self.changed, final, tombstones, attempt)
+        try:
+            if plan.changes_nothing():
+                # A rerun of an applied interval: nothing to commit, final keeps its version.
                 report.counts.update(
                     partitions_rewritten=0, rows_written=0, final_version=final.version
                 )
                 return attempt
-            delta.inject_fault("overwrite_final:before_commit")
-            # Exclusive: the result holds only if final did not change since it was read (an
-            # OPTIMIZE or another run creating the same partition would not conflict).
-            result = delta.try_commit(
-                final,
-                new_final,
-                "overwrite",
-                "overwrite_final",
-                run_id,
-                partition_filters(table, plan.touched),
-                exclusive=True,
+            run_id = delta.new_run_id()
+            written = delta.write_routed(plan.output, self.routes, run_id, table.zorder_by)
+        finally:
+            plan.release()
+        new_final, new_tombstones = written["final"], written["tombstones"]
+        if new_tombstones.actions:
+            # Before final, so a delete is never applied without being remembered.
+            remembered = delta.try_commit(
+                tombstones, new_tombstones, "append", "tombstones", run_id
             )
-            if result is None:
+            if remembered is None:
+                new_final.delete()
                 return None
-            delta.inject_fault("overwrite_final:after_commit")
+            self.tombstones_added += new_tombstones.rows
+            if remembered.interfering_versions:
+                # Another run may have remembered the same deletes: keep one copy of each.
+                delta.remove_duplicate_rows(context.spark, paths.tombstones, "tombstones")
+        if plan.touched is not None and not plan.touched:
+            new_final.delete()
             report.counts.update(
-                partitions_rewritten=len(plan.touched) if plan.touched is not None else 1,
-                rows_written=new_final.rows,
-                final_version=result.version,
+                partitions_rewritten=0, rows_written=0, final_version=final.version
             )
             return attempt
-
-        attempts = delta.with_retries(f"table {table.name}: final", attempt_rewrite)
-    finally:
-        changed.release()
-    report.counts.update(tombstones_added=tombstones_added, attempts=attempts)
+        delta.inject_fault("overwrite_final:before_commit")
+        # Exclusive: the result holds only if final did not change since it was read (an
+        # OPTIMIZE or another run creating the same partition would not conflict).
+        result = delta.try_commit(
+            final,
+            new_final,
+            "overwrite",
+            "overwrite_final",
+            run_id,
+            partition_filters(table, plan.touched),
+            exclusive=True,
+        )
+        if result is None:
+            return None
+        delta.inject_fault("overwrite_final:after_commit")
+        report.counts.update(
+            partitions_rewritten=len(plan.touched) if plan.touched is not None else 1,
+            rows_written=new_final.rows,
+            final_version=result.version,
+        )
+        return attempt
 
 
 def history_seed(context: StepContext, columns: Sequence[str]) -> DataFrame | None:
