@@ -513,6 +513,52 @@ def _typed_changes(
     Good rows of files already in staging are dropped for a snapshot extract only; for change
     files `_settle_unrecorded` decides (the file may have changed since)."""
     spark, table, paths = context.spark, context.table, context.paths
+    read, raw = _read_files(context, to_read, parquet, interval, snapshot_batch, counts)
+    is_snapshot = table.change_format == "snapshot"
+    flag_present = not is_snapshot and table.flag_source in raw.columns
+    if not flag_present and not table.insert_only and not is_snapshot:
+        raise InputError(
+            f"table {table.name}: the change files of {interval} have no flag column {table.flag_column}"
+        )
+    policy = table.on_schema_change if table.columns is None else "evolve"
+    plan = plan_schema(table_column_types(table, staging), read.batch_types, policy)
+    if plan.refused:
+        _refuse_schema(context, interval, to_read, read, raw, flag_present, plan.refused)
+    column_types = plan.columns
+    typed, per_file = _typed_rows(table, read, raw, column_types, flag_present, is_snapshot)
+    file_key = F.concat_ws("/", F.col(BATCH), F.col(FILE))
+    columns = staging_columns(table, column_types)
+    if plan.changes and staging.exists:
+        changed = delta.evolve_table(spark, paths.staging, typed.select(*columns).schema)
+        counts.update(columns_added=len(plan.added), columns_widened=len(plan.widened))
+        warn(f"table {table.name}: {interval}: staging schema evolved: {', '.join(changed)}")
+    good = good_changes(typed, columns)
+    release: list[Callable[[], Any]] = [typed.unpersist]
+    if snapshot_batch is not None:
+        held = typed.filter(F.col(REASON).isNotNull())  # quarantined rows whose key is known
+        for key in table.keys:
+            held = held.filter(F.col(key).isNotNull())
+        derived, operations = extracts.derive_changes(context, good, held, snapshot_batch, columns)
+        counts.update(operations)
+        good = derived
+        release.append(derived.unpersist)
+        good = good.filter(~file_key.isin([f"{b}/{n}" for b, n in in_staging]))
+    bad = quarantined_changes(typed, table, column_types)
+    release.append(read.release)
+    return good, bad, per_file, release
+
+
+def _read_files(
+    context: StepContext,
+    to_read: Sequence[LandingFile],
+    parquet: ParquetPlan | None,
+    interval: Interval,
+    snapshot_batch: str | None,
+    counts: dict[str, Any],
+) -> tuple[ChangeRead, DataFrame]:
+    """The files' rows as read, with their arrival (a new version's file name, an extract's
+    time); the fields the config ignores are counted and named."""
+    spark, table = context.spark, context.table
     read = read_landing(spark, table, to_read, parquet)
     raw = read.frame
     versions = {(f.batch, f.name): f.file for f in to_read if f.is_new_version}
@@ -528,27 +574,43 @@ def _typed_changes(
             f"table {table.name}: {interval}: columns not in the config row are ignored: "
             + ", ".join(read.undeclared)
         )
-    is_snapshot = table.change_format == "snapshot"
-    flag_present = not is_snapshot and table.flag_source in raw.columns
-    if not flag_present and not table.insert_only and not is_snapshot:
-        raise InputError(
-            f"table {table.name}: the change files of {interval} have no flag column {table.flag_column}"
-        )
-    policy = table.on_schema_change if table.columns is None else "evolve"
-    plan = plan_schema(table_column_types(table, staging), read.batch_types, policy)
-    if plan.refused:
-        quarantine = delta.load_snapshot(paths.quarantine)
-        batches = sorted({f.batch for f in to_read})
-        read.frame = raw
-        refuse_batch(
-            context,
-            interval,
-            read,
-            flag_present,
-            plan.refused,
-            _files_in(spark, quarantine, batches),
-        )
-    column_types = plan.columns
+    return read, raw
+
+
+def _refuse_schema(
+    context: StepContext,
+    interval: Interval,
+    to_read: Sequence[LandingFile],
+    read: ChangeRead,
+    raw: DataFrame,
+    flag_present: bool,
+    refused: list[str],
+) -> None:
+    """Quarantine the batch whose schema cannot be applied, and fail the step (`refuse_batch`)."""
+    spark, paths = context.spark, context.paths
+    quarantine = delta.load_snapshot(paths.quarantine)
+    batches = sorted({f.batch for f in to_read})
+    read.frame = raw
+    refuse_batch(
+        context,
+        interval,
+        read,
+        flag_present,
+        refused,
+        _files_in(spark, quarantine, batches),
+    )
+
+
+def _typed_rows(
+    table: TableConfig,
+    read: ChangeRead,
+    raw: DataFrame,
+    column_types: dict[str, str],
+    flag_present: bool,
+    is_snapshot: bool,
+) -> tuple[DataFrame, list[dict[str, Any]]]:
+    """The typed rows (persisted; an extract's with their hashes) and each file's count of good
+    and bad rows. A partition_expression Spark cannot analyse is a ConfigError."""
     try:
         typed = type_changes(raw, table, column_types, flag_present)
         if is_snapshot:
@@ -573,26 +635,7 @@ def _typed_changes(
     except AnalysisException as error:
         message = str(error).strip().splitlines()[0]
         raise ConfigError(f"table {table.name}: partition_expression: {message}") from None
-    file_key = F.concat_ws("/", F.col(BATCH), F.col(FILE))
-    columns = staging_columns(table, column_types)
-    if plan.changes and staging.exists:
-        changed = delta.evolve_table(spark, paths.staging, typed.select(*columns).schema)
-        counts.update(columns_added=len(plan.added), columns_widened=len(plan.widened))
-        warn(f"table {table.name}: {interval}: staging schema evolved: {', '.join(changed)}")
-    good = good_changes(typed, columns)
-    release: list[Callable[[], Any]] = [typed.unpersist]
-    if snapshot_batch is not None:
-        held = typed.filter(F.col(REASON).isNotNull())  # quarantined rows whose key is known
-        for key in table.keys:
-            held = held.filter(F.col(key).isNotNull())
-        derived, operations = extracts.derive_changes(context, good, held, snapshot_batch, columns)
-        counts.update(operations)
-        good = derived
-        release.append(derived.unpersist)
-        good = good.filter(~file_key.isin([f"{b}/{n}" for b, n in in_staging]))
-    bad = quarantined_changes(typed, table, column_types)
-    release.append(read.release)
-    return good, bad, per_file, release
+    return typed, per_file
 
 
 def _files_spark_cannot_read(

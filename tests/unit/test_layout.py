@@ -47,8 +47,6 @@ LONG_FUNCTIONS = {
     "spark_jobs.landing.plan_files": 64,
     # one pass over the Parquet footers (unreadable, contradicting, grouped by schema)
     "spark_jobs.landing.plan_parquet": 73,
-    # not split yet (issue 18): read, type, evolve staging, derive an extract's changes
-    "spark_jobs.stage._typed_changes": 95,
     # the crash-recovery cases of one file version, kept together to be read as one rule
     "spark_jobs.stage._settle_unrecorded": 95,
     # one Spark `when` chain, the first problem wins, in the order of the docs
