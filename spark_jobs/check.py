@@ -234,55 +234,80 @@ def check_loaded(
         final_rows = delta.read_snapshot(spark, final, columns=[*keys, *order])
     breaches += _key_breaches(spark, table, snapshots, counts)
     if table.insert_only:
-        if staging is not None and staging.files:
-            identity = [*keys, *table.sequence_by]
-            staged = delta.read_snapshot(spark, staging, columns=identity)
-            held = final_rows.select(*identity) if final_rows is not None else staged.limit(0)
-            pending = (
-                staged.join(held, on=identity, how="left_anti")
-                .agg(F.count(F.lit(1)).alias("n"), F.min(F.struct(*identity)).alias("e"))
-                .collect()[0]  # metadata: one count and one example key
-            )
-            if pending["n"]:
-                breaches.append(
-                    f"staging has events not in final: {_count(pending['n'], 'event')}, e.g. "
-                    f"{_example(pending['e'], identity)} (staging version {staging.version})"
-                )
+        _check_staged_events(spark, table, staging, final_rows, breaches)
         return breaches, counts
     tombstones = snapshots.get("tombstones")
     if tombstones is not None:
         counts["tombstones"] = tombstones.num_records
     history = snapshots.get("history")
     if table.history and history is not None and history.schema is not None:
-        identity = [*keys, *order]
-        current = (
-            delta.read_snapshot(spark, history, columns=[*identity, IS_CURRENT])
-            .filter(F.col(IS_CURRENT))
-            .select(*identity)
-        )
-        rows = (
-            final_rows.select(*identity) if final_rows is not None else current.limit(0)
-        ).select(*[F.col(c).cast(current.schema[c].dataType) for c in identity])
-        # Distinct rows: a key twice in final is the uniqueness breach, reported above.
-        only_history = current.subtract(rows).withColumn("side", F.lit("history"))
-        only_final = rows.subtract(current).withColumn("side", F.lit("final"))
-        differing = (
-            only_history.unionByName(only_final)
-            .groupBy("side")
-            .agg(F.count(F.lit(1)).alias("n"), F.min(F.struct(*keys)).alias("e"))
-        )
-        sides = {r["side"]: r for r in differing.collect()}  # metadata: at most two rows
-        if sides:
-            example = next(iter(sides.values()))["e"]
-            in_history = sides["history"]["n"] if "history" in sides else 0
-            in_final = sides["final"]["n"] if "final" in sides else 0
-            breaches.append(
-                "history's current rows differ from final: "
-                f"{_count(in_history, 'row')} only in history, {_count(in_final, 'row')} only in "
-                f"final, e.g. {_example(example, keys)} (history version {history.version}, "
-                f"final version {final.version if final else -1})"
-            )
+        _check_history(spark, table, history, final, final_rows, breaches)
     return breaches, counts
+
+
+def _check_staged_events(
+    spark: SparkSession,
+    table: TableConfig,
+    staging: delta.Snapshot | None,
+    final_rows: DataFrame | None,
+    breaches: list[str],
+) -> None:
+    """Insert-only: every staged event (key, sequence) is in final."""
+    keys = list(table.keys)
+    if staging is not None and staging.files:
+        identity = [*keys, *table.sequence_by]
+        staged = delta.read_snapshot(spark, staging, columns=identity)
+        held = final_rows.select(*identity) if final_rows is not None else staged.limit(0)
+        pending = (
+            staged.join(held, on=identity, how="left_anti")
+            .agg(F.count(F.lit(1)).alias("n"), F.min(F.struct(*identity)).alias("e"))
+            .collect()[0]  # metadata: one count and one example key
+        )
+        if pending["n"]:
+            breaches.append(
+                f"staging has events not in final: {_count(pending['n'], 'event')}, e.g. "
+                f"{_example(pending['e'], identity)} (staging version {staging.version})"
+            )
+
+
+def _check_history(
+    spark: SparkSession,
+    table: TableConfig,
+    history: delta.Snapshot,
+    final: delta.Snapshot | None,
+    final_rows: DataFrame | None,
+    breaches: list[str],
+) -> None:
+    """History's current rows are final's rows (key, sequence and arrival)."""
+    keys, order = list(table.keys), [*table.sequence_by, *ARRIVAL]
+    identity = [*keys, *order]
+    current = (
+        delta.read_snapshot(spark, history, columns=[*identity, IS_CURRENT])
+        .filter(F.col(IS_CURRENT))
+        .select(*identity)
+    )
+    rows = (final_rows.select(*identity) if final_rows is not None else current.limit(0)).select(
+        *[F.col(c).cast(current.schema[c].dataType) for c in identity]
+    )
+    # Distinct rows: a key twice in final is the uniqueness breach, reported above.
+    only_history = current.subtract(rows).withColumn("side", F.lit("history"))
+    only_final = rows.subtract(current).withColumn("side", F.lit("final"))
+    differing = (
+        only_history.unionByName(only_final)
+        .groupBy("side")
+        .agg(F.count(F.lit(1)).alias("n"), F.min(F.struct(*keys)).alias("e"))
+    )
+    sides = {r["side"]: r for r in differing.collect()}  # metadata: at most two rows
+    if sides:
+        example = next(iter(sides.values()))["e"]
+        in_history = sides["history"]["n"] if "history" in sides else 0
+        in_final = sides["final"]["n"] if "final" in sides else 0
+        breaches.append(
+            "history's current rows differ from final: "
+            f"{_count(in_history, 'row')} only in history, {_count(in_final, 'row')} only in "
+            f"final, e.g. {_example(example, keys)} (history version {history.version}, "
+            f"final version {final.version if final else -1})"
+        )
 
 
 def load_snapshots(paths: TablePaths) -> dict[str, delta.Snapshot]:

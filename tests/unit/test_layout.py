@@ -29,8 +29,6 @@ LONG_FUNCTIONS = {
     "cdc_pipeline.config.parse_config": 74,
     # one Spark pass over final, tombstones and staging per key (one scan, one shuffle)
     "spark_jobs.check._key_breaches": 84,
-    # the list of table checks of one loaded set of snapshots
-    "spark_jobs.check.check_loaded": 69,
     # one exclusive overwrite commit with its add-column and widen-type cases
     "spark_jobs.delta.evolution.evolve_table": 69,
     # the extract vs final comparison as one Spark plan (I, U, D rows)
