@@ -26,7 +26,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from cdc_pipeline.errors import InputError
-from cdc_pipeline.intervals import Interval, batch_id
+from cdc_pipeline.intervals import HourBatch, Interval, batch_id
 from cdc_pipeline.paths import TablePaths
 from cdc_pipeline.schema import common_type
 
@@ -185,6 +185,17 @@ def list_landing(paths: TablePaths, interval: Interval, file_format: str) -> Lis
     days: dict[date, list[str]] = {}
     for batch in sorted(hours):
         days.setdefault(hours[batch].start.date(), []).append(batch)
+    day_folders = _day_folders(root, days, listing)
+    hour_folders = _hour_folders(day_folders, hours, listing)
+    _list_files(hour_folders, file_format, listing)
+    return listing
+
+
+def _day_folders(
+    root: Path, days: dict[date, list[str]], listing: Listing
+) -> list[os.DirEntry[str]]:
+    """The interval's dt= folders; links (reported under the day's hour 00) and unrecognised
+    entries go to the listing."""
     day_folders = []
     for entry in _scan(root):
         day = _day(entry.name)
@@ -200,6 +211,14 @@ def list_landing(paths: TablePaths, interval: Interval, file_format: str) -> Lis
             listing.unrecognised.append(entry.name + suffix)
         elif day in days:
             day_folders.append(entry)
+    return day_folders
+
+
+def _hour_folders(
+    day_folders: list[os.DirEntry[str]], hours: dict[str, HourBatch], listing: Listing
+) -> list[tuple[str, str, Path]]:
+    """(batch, relative folder, folder) of the interval's hr= folders in the day folders; links
+    and unrecognised entries go to the listing."""
     hour_folders = []
     for day_entry in day_folders:
         for entry in _scan(Path(day_entry.path)):
@@ -216,6 +235,13 @@ def list_landing(paths: TablePaths, interval: Interval, file_format: str) -> Lis
                 listing.links.append(Refusal(batch, relative, relative, SYMLINK_REASON))
             else:
                 hour_folders.append((batch, relative, Path(entry.path)))
+    return hour_folders
+
+
+def _list_files(
+    hour_folders: list[tuple[str, str, Path]], file_format: str, listing: Listing
+) -> None:
+    """The change files of the hour folders into the listing; links and other entries refused."""
     extensions = EXTENSIONS[file_format]
     for batch, folder_relative, folder in hour_folders:
         for entry in _scan(folder):
@@ -235,7 +261,6 @@ def list_landing(paths: TablePaths, interval: Interval, file_format: str) -> Lis
             listing.files.append(
                 LandingFile(batch, Path(entry.path), relative, info.st_size, info.st_mtime_ns)
             )
-    return listing
 
 
 class ChangingFileError(OSError):

@@ -39,8 +39,6 @@ LONG_FUNCTIONS = {
     "spark_jobs.formats.read_json_changes": 81,
     # the lookup's three cases (known partitions, driver-side ranges, Spark-side ranges)
     "spark_jobs.key_lookup.partitions_holding_keys": 64,
-    # one walk of dt=/hr= folders that refuses links and names unrecognised entries
-    "spark_jobs.landing.list_landing": 69,
     # one pass over the listing against the ledger (size/mtime, then hash)
     "spark_jobs.landing.plan_files": 64,
     # one pass over the Parquet footers (unreadable, contradicting, grouped by schema)
