@@ -98,6 +98,7 @@ class CdcStepOperator(SparkSubmitOperator, SkipMixin):
         self.config_path = config_path
         self._connect_session: Any = None
         self._connect_tag: str | None = None
+        self._cdc_report: dict[str, Any] = {}
 
     def execute(self, context: Any) -> dict[str, Any]:  # type: ignore[override]
         if self.is_maintenance:
@@ -114,15 +115,24 @@ class CdcStepOperator(SparkSubmitOperator, SkipMixin):
         else:
             report = self.execute_submit(context)
         self.log.info("CDC summary: %s", report.get("line", "(none written)"))
-        if self.maintenance_after:
-            self.skip_maintenance_not_due(context, report)
+        self._cdc_report = report
         return report
+
+    def post_execute(self, context: Any, result: Any = None) -> None:
+        """After the post_execute hooks (the asset event's counts): the maintenance gate.
+
+        Here rather than in execute: skipping ends the task (Airflow's DownstreamTasksSkipped, a
+        success), and raised from execute it would also skip the post_execute hooks.
+        """
+        super().post_execute(context, result)
+        if self.maintenance_after:
+            self.skip_maintenance_not_due(context, self._cdc_report)
 
     def skip_maintenance_not_due(self, context: Any, report: dict[str, Any]) -> None:
         """Mark the maintenance tasks that are not due in this run's interval as skipped.
 
-        Skipping ends this task's execute (Airflow's DownstreamTasksSkipped, a success), so the
-        report is pushed to XCom here, as a return value would be.
+        Skipping ends the task (Airflow's DownstreamTasksSkipped, a success) before Airflow
+        pushes the return value, so the report is pushed to XCom here.
         """
         if context["params"].get("force_maintenance"):
             return
