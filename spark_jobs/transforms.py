@@ -148,6 +148,11 @@ def _ahead_of(value: Column, spark_type: str, column: str, limit: datetime) -> C
     return None
 
 
+def _value_reason(problem: str, column: str, tail: str) -> Column:
+    """`<problem> in <column>: '<raw value>' <tail>`: a quarantine reason quoting the raw text."""
+    return F.concat(F.lit(f"{problem} in {column}: '"), F.col(raw_name(column)), F.lit(f"' {tail}"))
+
+
 def quarantine_reason(
     table: TableConfig,
     column_types: dict[str, str],
@@ -186,23 +191,12 @@ def quarantine_reason(
         if not_finite is not None:
             # Also for a delete: its values are staged with it.
             checks.append(
-                F.when(
-                    not_finite,
-                    F.concat(
-                        F.lit(f"value out of range in {column}: '"),
-                        F.col(raw_name(column)),
-                        F.lit(f"' {NOT_FINITE}"),
-                    ),
-                )
+                F.when(not_finite, _value_reason("value out of range", column, NOT_FINITE))
             )
         checks.append(
             F.when(
                 unparsable,
-                F.concat(
-                    F.lit(f"unparsable value in {column}: '"),
-                    F.col(raw_name(column)),
-                    F.lit(f"' is not a valid {spark_type}"),
-                ),
+                _value_reason("unparsable value", column, f"is not a valid {spark_type}"),
             )
         )
     for column, spark_type in column_types.items():
@@ -211,11 +205,7 @@ def quarantine_reason(
             checks.append(
                 F.when(
                     _outside_years(F.col(column), spark_type),
-                    F.concat(
-                        F.lit(f"value out of range in {column}: '"),
-                        F.col(raw_name(column)),
-                        F.lit(f"' {OUT_OF_RANGE}"),
-                    ),
+                    _value_reason("value out of range", column, OUT_OF_RANGE),
                 )
             )
     for column in table.sequence_by:
@@ -231,13 +221,11 @@ def quarantine_reason(
                 checks.append(
                     F.when(
                         ahead,
-                        F.concat(
-                            F.lit(f"sequence value too far ahead in {column}: '"),
-                            F.col(raw_name(column)),
-                            F.lit(
-                                f"' is more than max_sequence_ahead {bound} after the stage "
-                                f"run at {staged_at:%Y-%m-%d %H:%M:%S} UTC"
-                            ),
+                        _value_reason(
+                            "sequence value too far ahead",
+                            column,
+                            f"is more than max_sequence_ahead {bound} after the stage "
+                            f"run at {staged_at:%Y-%m-%d %H:%M:%S} UTC",
                         ),
                     )
                 )
