@@ -183,7 +183,7 @@ class LocalAirflow:
             AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE=str(self.passwords_file),
             AIRFLOW__SCHEDULER__SCHEDULER_HEARTBEAT_SEC="2",
             AIRFLOW__DAG_PROCESSOR__REFRESH_INTERVAL="5",
-            AIRFLOW__DAG_PROCESSOR__MIN_FILE_PROCESS_INTERVAL="5",
+            AIRFLOW__DAG_PROCESSOR__MIN_FILE_PROCESS_INTERVAL="30",
             AIRFLOW_CONN_SPARK_DEFAULT=self.spark_default,
             CDC_CONFIG=str(self.config),
             CDC_LANDING=str(self.landing),
