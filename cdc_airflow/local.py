@@ -15,7 +15,9 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.error
 import urllib.request
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -133,14 +135,24 @@ class LocalAirflow:
         """The spark_default connection: the given one, else the local Connect server's."""
         return self.spark_connection or connect_connection(self.connect_port)
 
-    def start_spark(self) -> None:
-        """In Connect mode, start the local Spark Connect server (once) and wait until it answers."""
-        if self.spark_connection is not None or self.connect_server is not None:
-            return
-        logs = self.log_dir or self.home / "logs"
-        self.connect_server = start_connect_server(
-            self.connect_port, self.connect_master, log_path=logs / "spark-connect.log"
-        )
+    def start_spark(self, wait: bool = True) -> None:
+        """In Connect mode, start the local Spark Connect server (once); with `wait`, return once
+        it answers (else `wait_for_spark` later: the JVM starts while other work goes on)."""
+        if self.spark_connection is None and self.connect_server is None:
+            logs = self.log_dir or self.home / "logs"
+            self.connect_server = start_connect_server(
+                self.connect_port,
+                self.connect_master,
+                log_path=logs / "spark-connect.log",
+                wait=False,
+            )
+        if wait:
+            self.wait_for_spark()
+
+    def wait_for_spark(self, timeout: float = 180) -> None:
+        """Wait until the local Connect server (if this object started one) answers a query."""
+        if self.connect_server is not None:
+            self.connect_server.wait_ready(timeout)
 
     def stop_spark(self) -> None:
         """Stop the local Connect server, if this object started one."""
@@ -172,7 +184,8 @@ class LocalAirflow:
             AIRFLOW__CORE__LOAD_EXAMPLES="False",
             # SQLite allows one writer: wait up to 60 s for a lock instead of failing at once.
             AIRFLOW__DATABASE__SQL_ALCHEMY_CONN=f"sqlite:///{self.home}/airflow.db?timeout=60",
-            AIRFLOW__CORE__EXECUTOR="LocalExecutor",
+            # LocalExecutor, its workers forked with the task code imported (cdc_airflow/executor.py)
+            AIRFLOW__CORE__EXECUTOR="cdc_airflow.executor.PreloadingLocalExecutor",
             AIRFLOW__CORE__PARALLELISM="2",  # 2 cores: more task processes only contend
             AIRFLOW__CORE__EXECUTION_API_SERVER_URL=f"{self.url}/execution/",
             AIRFLOW__API__HOST=self.host,
@@ -267,14 +280,16 @@ class LocalAirflow:
         )
         self.processes.append(process)
 
-    def start_services(self) -> None:
+    def start_services(self, wait: bool = True) -> None:
         """The Spark Connect server (Connect mode), api-server (tasks report to its execution
-        API), scheduler and dag-processor."""
-        self.start_spark()
+        API), scheduler and dag-processor; with `wait`, return once Spark and the API answer."""
+        self.start_spark(wait=False)
         self.start("api-server")
         self.start("scheduler")
         self.start("dag-processor")
-        self.wait_for_api()
+        if wait:
+            self.wait_for_spark()
+            self.wait_for_api()
 
     def wait_for_api(self, timeout: float = 180) -> None:
         deadline = time.monotonic() + timeout
@@ -285,6 +300,64 @@ class LocalAirflow:
             except OSError:
                 time.sleep(1)
         raise RuntimeError(f"the api-server did not answer on {self.url}")
+
+    def wait_for_dags(self, dag_ids: Collection[str], timeout: float = 180) -> None:
+        """Wait until the dag-processor has serialized every DAG in `dag_ids` (it parses the DAG
+        folder when it starts); a DAG file that fails to import is reported at once."""
+        from cdc_airflow.runs import MetadataDB
+
+        db = MetadataDB(self.home / "airflow.db")
+        deadline = time.monotonic() + timeout
+        missing = sorted(dag_ids)
+        while time.monotonic() < deadline:
+            try:
+                missing = sorted(set(dag_ids) - set(db.next_dagruns(dag_ids)))
+                errors = db.import_errors()
+            except Exception:  # the tables are being created or written: ask again
+                errors = []
+            if errors:
+                raise RuntimeError(f"the DAG files do not import: {'; '.join(errors)}")
+            if not missing:
+                return
+            time.sleep(1)
+        raise RuntimeError(
+            f"{len(missing)} DAG(s) not parsed within {timeout:.0f} s: {', '.join(missing[:5])} "
+            f"(logs: {self.log_dir or self.home / 'logs'})"
+        )
+
+    def rest(self, method: str, path: str, body: dict[str, Any] | None = None) -> Any:
+        """A REST API v2 call as admin, retried on a server error: when the scheduler is busy the
+        api-server's SQLite may answer 500 ("database is locked") for a moment."""
+        for attempt in range(1, 7):
+            try:
+                return self.rest_once(method, path, body)
+            except urllib.error.HTTPError as error:
+                if error.code < 500 or attempt == 6:
+                    raise
+            except urllib.error.URLError:
+                if attempt == 6:
+                    raise
+            time.sleep(2.0 * attempt)
+        raise AssertionError("unreachable")
+
+    def rest_once(self, method: str, path: str, body: dict[str, Any] | None = None) -> Any:
+        """One REST API v2 call as admin (a token per call: these are a few calls per run)."""
+        token_request = urllib.request.Request(
+            f"{self.url}/auth/token",
+            data=json.dumps({"username": "admin", "password": self.admin_password()}).encode(),
+            headers={"Content-Type": "application/json"},
+            method="POST",
+        )
+        with urllib.request.urlopen(token_request, timeout=120) as response:
+            token = json.loads(response.read())["access_token"]
+        request = urllib.request.Request(
+            f"{self.url}/api/v2{path}",
+            data=json.dumps(body).encode() if body is not None else None,
+            headers={"Content-Type": "application/json", "Authorization": f"Bearer {token}"},
+            method=method,
+        )
+        with urllib.request.urlopen(request, timeout=120) as response:
+            return json.loads(response.read())
 
     def stop(self) -> None:
         """Stop what this object started, by process group."""

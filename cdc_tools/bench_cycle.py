@@ -488,40 +488,6 @@ class BenchAirflow(LocalAirflow):
         """The core parallelism the services run with."""
         return int(self.environment()["AIRFLOW__CORE__PARALLELISM"])
 
-    def rest(self, method: str, path: str, body: dict[str, Any] | None = None) -> Any:
-        """A REST API v2 call as admin, retried on a server error: under a full cycle the
-        api-server's SQLite is busy and may answer 500 ("database is locked") for a moment."""
-        for attempt in range(1, 7):
-            try:
-                return self.rest_once(method, path, body)
-            except urllib.error.HTTPError as error:
-                if error.code < 500 or attempt == 6:
-                    raise
-            except urllib.error.URLError:
-                if attempt == 6:
-                    raise
-            time.sleep(2.0 * attempt)
-        raise AssertionError("unreachable")
-
-    def rest_once(self, method: str, path: str, body: dict[str, Any] | None = None) -> Any:
-        """One REST API v2 call as admin (token per call: a few calls per cycle)."""
-        token_request = urllib.request.Request(
-            f"{self.url}/auth/token",
-            data=json.dumps({"username": "admin", "password": self.admin_password()}).encode(),
-            headers={"Content-Type": "application/json"},
-            method="POST",
-        )
-        with urllib.request.urlopen(token_request, timeout=120) as response:
-            token = json.loads(response.read())["access_token"]
-        request = urllib.request.Request(
-            f"{self.url}/api/v2{path}",
-            data=json.dumps(body).encode() if body is not None else None,
-            headers={"Content-Type": "application/json", "Authorization": f"Bearer {token}"},
-            method=method,
-        )
-        with urllib.request.urlopen(request, timeout=120) as response:
-            return json.loads(response.read())
-
     def set_paused(self, paused: bool, prefix: str, count: int) -> int:
         """Pause or unpause every DAG whose id starts with `prefix` (bulk PATCH, 100 a page);
         how many DAGs the API says it matched."""

@@ -5,8 +5,10 @@ from __future__ import annotations
 import json
 import shutil
 import tempfile
+import time
 from datetime import datetime, timedelta
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from cdc_pipeline.config import ConfigLoadResult, TableConfig, project_root
 from cdc_pipeline.errors import ConfigError
@@ -18,6 +20,10 @@ from spark_jobs.common import StepContext
 from spark_jobs.optimize import run_optimize
 from spark_jobs.overwrite_final import run_overwrite_final
 from spark_jobs.stage import run_stage
+
+if TYPE_CHECKING:  # Airflow is imported only when the demo runs through it
+    from cdc_airflow.local import LocalAirflow
+    from cdc_airflow.runs import RunRow
 
 DEMO_TABLES = ("orders", "customers", "events", "customers_cdc", "accounts")
 # Tables whose demo changes are the hand-written sample files under samples/<change_format>/.
@@ -128,71 +134,80 @@ def run_demo(spark, configs: ConfigLoadResult, start: datetime, hours: int, keys
     return lines
 
 
+def queue_backfill(local: LocalAirflow, dag_id: str, first: datetime, last: datetime) -> None:
+    """Unpause a DAG and queue a backfill of its runs from `first` to `last` (REST API: no
+    Airflow CLI process per call); two runs at a time, as the scheduler orders them."""
+    local.rest("PATCH", f"/dags/{dag_id}?update_mask=is_paused", {"is_paused": False})
+    body = {
+        "dag_id": dag_id,
+        "from_date": first.isoformat(),
+        "to_date": last.isoformat(),
+        "max_active_runs": 2,
+    }
+    local.rest("POST", "/backfills", body)
+
+
+def runs_summary(runs: list[RunRow], dag_id: str) -> str:
+    mine = [r for r in runs if r.dag_id == dag_id]
+    return f"runs={len(mine)} succeeded={sum(1 for r in mine if r.state == 'success')}"
+
+
 def run_airflow_demo(
     configs: ConfigLoadResult, config_path: Path, start: datetime, hours: int, keys: int
 ) -> list[str]:
-    """Through Airflow: generate, then a scheduler-run backfill of every sample table's DAG."""
+    """Through Airflow: generate, then a scheduler-run backfill of every sample table's DAG.
+
+    What can overlap does: the Connect server's JVM starts while Airflow migrates its DB, and
+    the change sets are generated while the Airflow services start."""
     from cdc_airflow.local import LocalAirflow, spark_connection_from_environment
     from cdc_airflow.runs import MetadataDB, wait_for_dag_runs
     from cdc_pipeline.paths import landing_root, warehouse_root
     from spark_jobs.session import build_connect_session, spark_remote
+
+    began = time.monotonic()
+
+    def say(message: str) -> None:
+        print(f"demo: [{time.monotonic() - began:5.1f} s] {message}", flush=True)
 
     with tempfile.TemporaryDirectory(prefix="cdc-demo-airflow-") as home:
         local = LocalAirflow(Path(home), config_path.resolve(), landing_root(), warehouse_root())
         remote = spark_remote()
         if remote:  # an existing Connect server (CDC_SPARK_REMOTE) instead of a local one
             local.spark_connection = spark_connection_from_environment()
-        print(
-            f"demo: starting Airflow (scheduler, dag-processor, api-server on {local.url})",
-            flush=True,
-        )
-        local.migrate()
         try:
+            local.start_spark(wait=False)
+            say(f"starting Airflow (scheduler, dag-processor, api-server on {local.url})")
+            local.migrate()
+            local.start_services(wait=False)
             # One Spark for the whole demo: the Connect server generates the data and then
             # serves every task; this process holds no JVM of its own.
-            local.start_spark()
+            local.wait_for_spark()
             url = remote or local.connect_server.url  # type: ignore[union-attr]
-            print(f"demo: Spark Connect server {url}; generating the change sets", flush=True)
+            say(f"Spark Connect server {url}; generating the change sets")
             spark = build_connect_session(url, "cdc-demo-data")
             try:
                 generate_demo_data(spark, configs, start, hours, keys)
             finally:
                 spark.stop()
-            local.start_services()
-            local.airflow("dags", "reserialize")
-            last = start + timedelta(hours=hours - 1)
-            for name in DEMO_TABLES:
-                dag_id = configs.tables[name].dag_id
-                local.airflow("dags", "unpause", dag_id)
-                local.airflow(
-                    "backfill",
-                    "create",
-                    "--dag-id",
-                    dag_id,
-                    "--from-date",
-                    start.isoformat(),
-                    "--to-date",
-                    last.isoformat(),
-                    "--max-active-runs",
-                    "2",
-                )
-                print(f"demo: backfill of {dag_id} queued ({hours} hourly runs)", flush=True)
-            # Progress every 10 s while the scheduler works through the backfills (runs done,
-            # running, queued, failed per table) instead of minutes of silence.
-            wait_for_dag_runs(
+            dag_ids = [configs.tables[name].dag_id for name in DEMO_TABLES]
+            local.wait_for_api()
+            local.wait_for_dags(dag_ids)
+            for dag_id in dag_ids:
+                queue_backfill(local, dag_id, start, start + timedelta(hours=hours - 1))
+            say(f"backfills queued: {len(dag_ids)} DAGs x {hours} hourly runs; progress every 10 s")
+            runs = wait_for_dag_runs(
                 MetadataDB(local.home / "airflow.db"),
-                [configs.tables[name].dag_id for name in DEMO_TABLES],
+                dag_ids,
                 hours,
                 select=lambda run: run.run_type == "backfill",
                 label="demo",
                 timeout=1800,
                 per_table=True,
             )
-            lines = []
-            for name in DEMO_TABLES:
-                runs = local.wait_for_runs(configs.tables[name].dag_id, hours, prefix="backfill__")
-                ok = sum(1 for r in runs if r["state"] == "success")
-                lines.append(table_summary(name, start, hours, f"runs={len(runs)} succeeded={ok}"))
-            return lines
+            say("every run finished")
+            return [
+                table_summary(name, start, hours, runs_summary(runs, configs.tables[name].dag_id))
+                for name in DEMO_TABLES
+            ]
         finally:
             local.stop()

@@ -186,6 +186,12 @@ def test_scheduler_runs_an_overlapping_backfill_and_a_rest_triggered_run(
     )
     print(f"\nbackfill runs (start, end): {spans}; overlapping: {overlaps}")
     assert overlaps, "the backfill's runs were expected to overlap"
+    # The tasks ran under the local deployment's executor, which imported their code before
+    # forking its workers (cdc_airflow/executor.py), and every module imported.
+    assert env.log_dir is not None
+    scheduler_log = (env.log_dir / "scheduler.log").read_text()
+    assert "imported the task code before forking workers" in scheduler_log
+    assert "preload of" not in scheduler_log
 
 
 @pytest.fixture

@@ -53,8 +53,6 @@ LONG_FUNCTIONS = {
     "cdc_tools.bench_cycle.run_mode": 91,
     # the argparse declaration of every command (data, read top to bottom)
     "cdc_tools.cli.build_parser": 92,
-    # the demo script: generate, start Airflow, backfill, report
-    "cdc_tools.demo.run_airflow_demo": 68,
     # the generator's change mix of one hour, as one Spark plan
     "cdc_tools.generator._hour_changes": 80,
 }

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib
 import json
 import os
 import stat
@@ -157,3 +158,18 @@ def test_print_pools_is_what_the_compose_init_service_imports(tmp_path: Path) ->
         cwd=REPO,
     )
     assert json.loads(result.stdout) == EXPECTED_POOLS
+
+
+def test_the_local_deployment_runs_the_preloading_executor_and_every_preload_imports(
+    tmp_path: Path,
+) -> None:
+    from cdc_airflow.executor import PRELOADED, PreloadingLocalExecutor, preload
+
+    local = LocalAirflow(tmp_path / "home", tmp_path / "tables.yaml", tmp_path, tmp_path)
+    path = local.environment()["AIRFLOW__CORE__EXECUTOR"]
+    module, _, name = path.rpartition(".")
+    assert getattr(importlib.import_module(module), name) is PreloadingLocalExecutor
+    # A renamed step module would only log a warning in the scheduler: caught here instead.
+    assert "spark_jobs.stage" in PRELOADED and "pyspark.sql.connect.session" in PRELOADED
+    assert preload() == []
+    assert preload(("cdc_airflow.no_such_module",)) == ["cdc_airflow.no_such_module"]
