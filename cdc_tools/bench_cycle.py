@@ -323,12 +323,20 @@ class RssSampler:
 
         me = psutil.Process()
         sizes = []
+        commands: dict[int, list[str]] = {}
         for process in [me, *me.children(recursive=True)]:
             try:
                 rss = process.memory_info().rss / 2**20
-                name = " ".join(process.cmdline()[:4])[-80:]
+                command = process.cmdline()
+                parent = process.ppid()
             except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
                 continue
+            commands[process.pid] = command
+            # A fork that has not exec'd yet (the JVM forks for each `chmod` Hadoop runs on a
+            # local file system) shows its parent's pages and command line: not memory of its own.
+            if commands.get(parent) == command:
+                continue
+            name = " ".join(command[:4])[-80:]
             sizes.append({"pid": process.pid, "command": name, "mib": round(rss, 1)})
         return sum(s["mib"] for s in sizes), sizes
 

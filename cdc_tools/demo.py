@@ -8,7 +8,7 @@ import tempfile
 import time
 from datetime import datetime, timedelta
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from cdc_pipeline.config import ConfigLoadResult, TableConfig, project_root
 from cdc_pipeline.errors import ConfigError
@@ -134,17 +134,19 @@ def run_demo(spark, configs: ConfigLoadResult, start: datetime, hours: int, keys
     return lines
 
 
-def queue_backfill(local: LocalAirflow, dag_id: str, first: datetime, last: datetime) -> None:
-    """Unpause a DAG and queue a backfill of its runs from `first` to `last` (REST API: no
-    Airflow CLI process per call); two runs at a time, as the scheduler orders them."""
+def queue_backfill(
+    local: LocalAirflow, dag_id: str, first: datetime, last: datetime, max_active_runs: int = 2
+) -> dict[str, Any]:
+    """Unpause a DAG and queue a backfill of its runs from `first` to `last` through the REST
+    API (no Airflow CLI process per call); the backfill as the API returns it."""
     local.rest("PATCH", f"/dags/{dag_id}?update_mask=is_paused", {"is_paused": False})
     body = {
         "dag_id": dag_id,
         "from_date": first.isoformat(),
         "to_date": last.isoformat(),
-        "max_active_runs": 2,
+        "max_active_runs": max_active_runs,
     }
-    local.rest("POST", "/backfills", body)
+    return dict(local.rest("POST", "/backfills", body))
 
 
 def runs_summary(runs: list[RunRow], dag_id: str) -> str:

@@ -14,13 +14,14 @@ import signal
 import subprocess
 import time
 from collections.abc import Iterator
-from datetime import datetime
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
 import yaml
 
 from cdc_airflow.local import connect_connection
+from cdc_tools.demo import queue_backfill
 from tests.e2e.airflow_env import BIN, AirflowEnv, free_port
 from tests.helpers import Workspace, table_rows
 
@@ -129,7 +130,7 @@ def test_scheduler_runs_an_overlapping_backfill_and_a_rest_triggered_run(
     expected = land_hours(ws, "t_backfill", 3)
     rest_expected = land_hours(ws, "t_rest", 1)
     env.start_services()
-    env.airflow("dags", "reserialize")
+    env.wait_for_dags(["cdc_t_backfill", "cdc_t_rest"])  # parsed by the dag-processor
     # The REST API: log in, unpause, trigger the interval [00:00, 01:00). Done before the backfill
     # starts loading the machine; the run then goes on beside the backfill's runs.
     env.api("PATCH", "/dags/cdc_t_rest", {"is_paused": False})
@@ -142,19 +143,15 @@ def test_scheduler_runs_an_overlapping_backfill_and_a_rest_triggered_run(
             "data_interval_end": "2024-01-01T01:00:00Z",
         },
     )
-    env.airflow("dags", "unpause", "cdc_t_backfill")
-    env.airflow(
-        "backfill",
-        "create",
-        "--dag-id",
+    # The backfill as `cdc demo` queues it (REST: unpause, POST /backfills).
+    backfill = queue_backfill(
+        env,
         "cdc_t_backfill",
-        "--from-date",
-        "2024-01-01T00:00:00+00:00",
-        "--to-date",
-        "2024-01-01T02:00:00+00:00",
-        "--max-active-runs",
-        "3",
+        datetime(2024, 1, 1, 0, tzinfo=UTC),
+        datetime(2024, 1, 1, 2, tzinfo=UTC),
+        3,
     )
+    assert (backfill["dag_id"], backfill["max_active_runs"]) == ("cdc_t_backfill", 3)
 
     # Poll the REST-triggered run.
     deadline = time.monotonic() + 900
