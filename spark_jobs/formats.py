@@ -509,15 +509,15 @@ def read_json_changes(spark: SparkSession, table: TableConfig, lines: DataFrame)
         )
         .persist()
     )
-    counts = parsed.groupBy(KIND).count().collect()  # metadata: a count per kind
-    kinds = {r[KIND]: int(r["count"]) for r in counts}
-    ignored = {
-        "transaction_markers": kinds.get("transaction", 0),
-        "tombstones_skipped": kinds.get("tombstone", 0),
-        "unknown_events_skipped": kinds.get("ignored", 0),
-    }
-    if table.change_format not in EVENT_FORMATS:
-        ignored = {}
+    ignored: dict[str, int] = {}
+    if table.change_format in EVENT_FORMATS:  # flat lines have no such kinds: no Spark job
+        counts = parsed.groupBy(KIND).count().collect()  # metadata: a count per kind
+        kinds = {r[KIND]: int(r["count"]) for r in counts}
+        ignored = {
+            "transaction_markers": kinds.get("transaction", 0),
+            "tombstones_skipped": kinds.get("tombstone", 0),
+            "unknown_events_skipped": kinds.get("ignored", 0),
+        }
     malformed = parsed.filter(F.col(KIND) == "malformed").select(
         F.lit(None).cast("string").alias(OP),
         F.lit(None).cast("map<string,variant>").alias(IMAGE),
