@@ -441,18 +441,19 @@ def serve() -> int:
         spark_connection=spark_connection_from_environment(),
     )
     local.migrate()
-    local.start_services()
-    print(
-        f"Airflow UI: {local.url}  (user admin, password {local.admin_password()}; in {local.passwords_file})"
-    )
-    if local.connect_server is not None:
-        print(
-            f"Spark Connect server: {local.connect_server.url} (spark_default; log {local.connect_server.log_path})"
-        )
-    else:
-        print(f"spark_default: {local.spark_default}")
-    print("Ctrl-C stops it.", flush=True)
     try:
+        # Inside the try: a component that does not come up stops the ones already started.
+        local.start_services()
+        print(
+            f"Airflow UI: {local.url}  (user admin, password {local.admin_password()}; in {local.passwords_file})"
+        )
+        if local.connect_server is not None:
+            print(
+                f"Spark Connect server: {local.connect_server.url} (spark_default; log {local.connect_server.log_path})"
+            )
+        else:
+            print(f"spark_default: {local.spark_default}")
+        print("Ctrl-C stops it.", flush=True)
         while all(p.poll() is None for p in local.processes):
             time.sleep(2)
         print("an Airflow component exited; see the logs in", home / "logs", file=sys.stderr)
