@@ -29,7 +29,6 @@ PRELOADED = (
     "pyspark.sql.connect.session",
     "airflow.sdk.execution_time.task_runner",
     "cdc_airflow.dags",
-    "spark_jobs.common",
     *(f"spark_jobs.{step.module}" for step in STEPS),
 )
 

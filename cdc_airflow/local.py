@@ -19,6 +19,7 @@ import urllib.error
 import urllib.request
 from collections.abc import Collection
 from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -301,9 +302,12 @@ class LocalAirflow:
                 time.sleep(1)
         raise RuntimeError(f"the api-server did not answer on {self.url}")
 
-    def wait_for_dags(self, dag_ids: Collection[str], timeout: float = 180) -> None:
+    def wait_for_dags(
+        self, dag_ids: Collection[str], timeout: float = 180, with_next_run: bool = False
+    ) -> dict[str, datetime | None]:
         """Wait until the dag-processor has serialized every DAG in `dag_ids` (it parses the DAG
-        folder when it starts); a DAG file that fails to import is reported at once."""
+        folder when it starts), and with `with_next_run` until each has its next scheduled run;
+        returns each DAG's next run. A DAG file that fails to import is reported at once."""
         from cdc_airflow.runs import MetadataDB
 
         db = MetadataDB(self.home / "airflow.db")
@@ -311,14 +315,16 @@ class LocalAirflow:
         missing = sorted(dag_ids)
         while time.monotonic() < deadline:
             try:
-                missing = sorted(set(dag_ids) - set(db.next_dagruns(dag_ids)))
+                found = db.next_dagruns(dag_ids)
                 errors = db.import_errors()
             except Exception:  # the tables are being created or written: ask again
-                errors = []
+                found, errors = {}, []
             if errors:
                 raise RuntimeError(f"the DAG files do not import: {'; '.join(errors)}")
+            ready = {d for d, run in found.items() if run is not None or not with_next_run}
+            missing = sorted(set(dag_ids) - ready)
             if not missing:
-                return
+                return found
             time.sleep(1)
         raise RuntimeError(
             f"{len(missing)} DAG(s) not parsed within {timeout:.0f} s: {', '.join(missing[:5])} "

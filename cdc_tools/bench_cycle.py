@@ -519,28 +519,12 @@ class BenchAirflow(LocalAirflow):
         self.rest("PATCH", f"/dags/{dag_id}?update_mask=is_paused", {"is_paused": True})
 
 
-def wait_for_dags(db: MetadataDB, dag_ids: list[str], timeout: float = 300) -> datetime:
+def wait_for_dags(local: LocalAirflow, dag_ids: list[str], timeout: float = 300) -> datetime:
     """Wait until every DAG is serialized with a next run; that run's logical date (all equal)."""
-    deadline = time.monotonic() + timeout
-    found: dict[str, datetime | None] = {}
-    while time.monotonic() < deadline:
-        try:
-            found = db.next_dagruns(dag_ids)
-            errors = db.import_errors()
-        except Exception:  # the dag table is being written: ask again
-            found, errors = {}, []
-        if errors:
-            raise BenchCycleError(f"the DAG files do not import: {'; '.join(errors)}")
-        if len(found) == len(dag_ids) and all(found.values()):
-            dates = {d for d in found.values() if d is not None}
-            if len(dates) != 1:
-                raise BenchCycleError(f"the DAGs' next runs differ: {sorted(dates)}")
-            return dates.pop()
-        time.sleep(2)
-    missing = sorted(set(dag_ids) - {d for d, v in found.items() if v})
-    raise BenchCycleError(
-        f"{len(missing)} DAG(s) not serialized within {timeout:.0f} s: {', '.join(missing[:5])}"
-    )
+    dates = {d for d in local.wait_for_dags(dag_ids, timeout, with_next_run=True).values() if d}
+    if len(dates) != 1:
+        raise BenchCycleError(f"the DAGs' next runs differ: {sorted(dates)}")
+    return dates.pop()
 
 
 def wait_clear_of_hour_boundary(margin: float = 120) -> None:
@@ -589,7 +573,7 @@ def run_mode(spec: CycleSpec, mode: Mode, workdir: Path) -> dict[str, Any]:
         try:
             local.start_services()
             local.airflow("dags", "reserialize")
-            hour = wait_for_dags(db, dag_ids)
+            hour = wait_for_dags(local, dag_ids)
             # The change sets are written for the hour the scheduler will run, now known.
             tables = [generate_table(i, spec.changes, hour, spec.seed) for i in range(spec.tables)]
             for table in tables:

@@ -451,14 +451,13 @@ def _commit_rows(
         )
     else:
         staged, staging_version = 0, plan.staging.version
+    schema = bad.schema if bad is not None else _quarantine_schema(table, quarantine)
     if not new_refusals and not any(int(r["bad"]) for r in rows.per_file):
         # Nothing to quarantine (the per-file counts say so): no Spark job, no commit; the
         # table is created if it is missing, as an append of no rows did.
-        schema = bad.schema if bad is not None else _quarantine_schema(table, quarantine)
         delta.ensure_table(paths.quarantine, schema, [BATCH])
         return staged, staging_version, 0, delta.load_snapshot(paths.quarantine).version
     if new_refusals or bad is None:
-        schema = bad.schema if bad is not None else _quarantine_schema(table, quarantine)
         refused_rows = _refusal_rows(spark, new_refusals, schema)
         bad = refused_rows if bad is None else bad.unionByName(refused_rows)
     _evolve_quarantine(spark, paths.quarantine, bad.schema)
