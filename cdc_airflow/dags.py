@@ -207,7 +207,7 @@ class CdcStepOperator(SparkSubmitOperator, SkipMixin):
             interval = args.interval()
         except (ConfigError, UsageError) as error:
             raise AirflowFailException(f"{step.name} {args.table}: {error}") from error
-        if interval_has_work(TablePaths.for_table(table.name), interval, table.file_format):
+        if interval_has_work(TablePaths.for_table(table.name), table, interval):
             return None
         report = noop_report(step.name, table.name, interval)
         print(report.line(), flush=True)

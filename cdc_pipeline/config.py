@@ -13,7 +13,7 @@ import os
 import re
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from datetime import date
+from datetime import date, timedelta
 from functools import cache
 from pathlib import Path
 from types import SimpleNamespace
@@ -216,6 +216,16 @@ class TableConfig(BaseModel):
     zorder_by: ColumnList = Field(
         default_factory=list, description="Columns OPTIMIZE Z-orders the final table by."
     )
+    late_arrival_window: str = Field(
+        default="3d",
+        description="How far back from its interval's end a run looks for landed files not "
+        "staged yet (a duration like 3d or 48h): every hr= folder whose hour starts in [end - "
+        "window, end) is listed, so a file that lands in an old hour's folder after that hour's "
+        "run, the hours missed during an outage and a sub-hourly schedule's files are all "
+        "applied by the next run. The default covers a weekend outage. A file landed in an "
+        "older folder is never staged silently: it is counted (files_outside_window), shown by "
+        "`cdc status` and warned about; `cdc run` over its hour applies it.",
+    )
     schedule: Schedule = Field(
         default="@hourly",
         description="The table's run schedule: a five-field cron or a preset (@hourly, @daily, "
@@ -304,7 +314,7 @@ class TableConfig(BaseModel):
             parse_duration(value)
         return value
 
-    @field_validator("execution_timeout", "dagrun_timeout", "freshness")
+    @field_validator("execution_timeout", "dagrun_timeout", "freshness", "late_arrival_window")
     @classmethod
     def _is_duration(cls, value: str | None) -> str | None:
         if value is not None:
@@ -345,6 +355,18 @@ class TableConfig(BaseModel):
         if problems:
             raise ValueError(" | ".join(f"{name}: {message}" for name, message in problems))
         return self
+
+    @field_validator("late_arrival_window")
+    @classmethod
+    def _window_covers_an_hour(cls, value: str) -> str:
+        if parse_duration(value) < timedelta(hours=1):
+            raise ValueError(f"{value!r} is shorter than one hour folder: give at least 1h")
+        return value
+
+    @property
+    def late_arrival(self) -> timedelta:
+        """late_arrival_window as a timedelta."""
+        return parse_duration(self.late_arrival_window)
 
     @property
     def dag_id(self) -> str:

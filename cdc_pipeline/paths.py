@@ -75,6 +75,11 @@ class TablePaths:
         return self.table_root / "history_log"
 
     @property
+    def applied(self) -> Path:
+        """One row per staged file version final has applied: the ledger minus these is pending."""
+        return self.table_root / "applied"
+
+    @property
     def ledger(self) -> Path:
         """One row per staged landing file version (size, mtime, sha256): re-staging adds nothing."""
         return self.table_root / "ledger"

@@ -141,6 +141,7 @@ def run_both(args) -> int:  # type: ignore[no-untyped-def]
                 "symlinks_refused",
                 "unrecognised_entries",
                 "files_deferred",
+                "files_outside_window",
                 "rows_read",
                 "staged",
                 "quarantined",

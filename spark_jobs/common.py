@@ -172,22 +172,26 @@ def parse_step_args(step: Step, argv: Sequence[str], config: Path | None = None)
     return args if args.config is not None or config is None else replace(args, config=config)
 
 
-def interval_has_work(paths: TablePaths, interval: Interval, file_format: str) -> bool:
+def interval_has_work(paths: TablePaths, table: TableConfig, interval: Interval) -> bool:
     """Whether stage or overwrite-final of `interval` could change anything.
 
-    False only when the interval's landing hour folders hold no change file (nor a link, which
-    stage would record as refused) AND staging holds no file of the interval's batches: a rerun
-    after a crash between stage and overwrite-final still finds its staged rows. Reads only
-    folder listings and the staging log (delta-rs), never Spark.
+    False only when no hour folder the run lists (its late-arrival window) holds a change file
+    the ledger does not know by size and mtime (nor a link, which stage would record as
+    refused) AND every staged file version is applied: a rerun after a crash between stage and
+    overwrite-final still finds its staged rows. Reads only folder listings and the ledger and
+    applied tables (delta-rs), never Spark.
     """
-    from spark_jobs import delta
-    from spark_jobs.landing import list_landing
+    from spark_jobs import applied, delta
+    from spark_jobs.landing import list_landing, listing_interval, read_ledger, unknown_files
 
-    listing = list_landing(paths, interval, file_format)
-    if listing.files or listing.links:
+    window = listing_interval(interval, table.late_arrival, table.change_format == "snapshot")
+    listing = list_landing(paths, window, table.file_format)
+    if listing.links:
         return True
-    staging = delta.load_snapshot(paths.staging)
-    return bool(staging.exists and staging.files_in(interval.batch_ids()))
+    ledger = read_ledger(delta.arrow_table_rows(paths.ledger))
+    if unknown_files(listing.files, ledger):
+        return True
+    return bool(applied.pending_files(paths, table.change_format == "snapshot").files)
 
 
 def noop_report(prog: str, table: str, interval: Interval) -> StepReport:

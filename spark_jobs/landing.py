@@ -18,7 +18,7 @@ import re
 import stat
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
-from datetime import UTC, date, datetime
+from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -263,6 +263,88 @@ def _list_files(
             )
 
 
+def listing_interval(
+    interval: Interval, window: timedelta, whole_extracts: bool = False
+) -> Interval:
+    """The hours a stage run over `interval` lists: every hour folder that starts in
+    [end - window, end), and the interval's own hours when it is longer than the window.
+    A full-extract table (`whole_extracts`) reads only its interval's own hours."""
+    if whole_extracts:
+        return interval
+    return Interval(min(interval.start, interval.end - window), interval.end)
+
+
+def _versions_by_name(
+    ledger: dict[tuple[str, str], LedgerEntry],
+) -> dict[tuple[str, str], list[LedgerEntry]]:
+    """(batch, landed name) -> the ledger entries of its versions."""
+    versions: dict[tuple[str, str], list[LedgerEntry]] = {}
+    for entry in ledger.values():
+        name, _ = split_version(entry.file)
+        versions.setdefault((entry.batch, name), []).append(entry)
+    return versions
+
+
+def is_known(landing_file: LandingFile, versions: dict[tuple[str, str], list[LedgerEntry]]) -> bool:
+    """The ledger's latest version of the file has the size and mtime the listing saw (no hash)."""
+    latest = _latest(versions.get((landing_file.batch, landing_file.name), []))
+    return (
+        latest is not None
+        and not latest.is_link
+        and (latest.size, latest.mtime_ns) == (landing_file.size, landing_file.mtime_ns)
+    )
+
+
+def unknown_files(
+    files: Sequence[LandingFile], ledger: dict[tuple[str, str], LedgerEntry]
+) -> list[LandingFile]:
+    """The listed files whose current size and mtime the ledger does not know: not staged yet
+    (or changed since), by the listing alone, without hashing."""
+    versions = _versions_by_name(ledger)
+    return [f for f in files if not is_known(f, versions)]
+
+
+def list_before(paths: TablePaths, before: datetime, file_format: str) -> list[LandingFile]:
+    """The change files of every hour folder that starts before `before` (links and other
+    entries are not reported here: only the runs over their hour report them)."""
+    root = paths.landing
+    if root.is_symlink() or not root.is_dir():
+        return []
+    extensions = EXTENSIONS[file_format]
+    found = []
+    for day_entry in _scan(root):
+        day = _day(day_entry.name)
+        if day is None or day > before.date() or not day_entry.is_dir(follow_symlinks=False):
+            continue
+        for hour_entry in _scan(Path(day_entry.path)):
+            hour = _HOUR.match(hour_entry.name)
+            if hour is None or not hour_entry.is_dir(follow_symlinks=False):
+                continue
+            start = datetime(day.year, day.month, day.day, int(hour.group(1)), tzinfo=UTC)
+            if start >= before:
+                continue
+            batch = batch_id(day_entry.name[3:], hour.group(1))
+            relative_folder = f"{day_entry.name}/{hour_entry.name}"
+            for entry in _scan(Path(hour_entry.path)):
+                if (
+                    not entry.is_file(follow_symlinks=False)
+                    or not entry.name.lower().endswith(extensions)
+                    or is_reserved_name(entry.name)
+                ):
+                    continue
+                info = entry.stat(follow_symlinks=False)
+                found.append(
+                    LandingFile(
+                        batch,
+                        Path(entry.path),
+                        f"{relative_folder}/{entry.name}",
+                        info.st_size,
+                        info.st_mtime_ns,
+                    )
+                )
+    return found
+
+
 class ChangingFileError(OSError):
     """The file changed while it was read: it is left for the next run."""
 
@@ -306,6 +388,17 @@ class LedgerEntry:
     sha256: str | None
     refused: str | None
     staged_at: datetime | None
+    rows_staged: int = 0  # the most any ledger row of this version says were staged
+
+    @property
+    def is_staged(self) -> bool:
+        """Rows of this version are in staging (a same-content touch row records 0 again)."""
+        return self.refused is None and self.rows_staged > 0
+
+    @property
+    def ident(self) -> tuple[str, str]:
+        """(batch, arrival identity), as staging names the version's rows."""
+        return (self.batch, self.file)
 
     @property
     def is_link(self) -> bool:
@@ -326,11 +419,15 @@ def read_ledger(rows: Sequence[dict[str, Any]]) -> dict[tuple[str, str], LedgerE
             row.get("sha256"),
             row.get("refused"),
             row.get("staged_at"),
+            int(row.get("rows_staged") or 0),
         )
         key = (entry.batch, entry.file)
         known = latest.get(key)
+        staged = max(entry.rows_staged, known.rows_staged if known else 0)
         if known is None or (entry.staged_at or _EPOCH) >= (known.staged_at or _EPOCH):
-            latest[key] = entry
+            latest[key] = replace(entry, rows_staged=staged)
+        else:
+            latest[key] = replace(known, rows_staged=staged)
     return latest
 
 
@@ -381,10 +478,7 @@ def plan_files(listing: Listing, ledger: dict[tuple[str, str], LedgerEntry]) -> 
     ledger) is unknown content: hashed and recorded, never re-staged. New versions of the hour
     are numbered after the ledger's, in listing order (links first, then files by name).
     """
-    versions: dict[tuple[str, str], list[LedgerEntry]] = {}
-    for entry in ledger.values():
-        name, _ = split_version(entry.file)
-        versions.setdefault((entry.batch, name), []).append(entry)
+    versions = _versions_by_name(ledger)
     plan = FilePlan()
     for batch, file in ledger:
         plan.sequences[batch] = max(plan.sequences.get(batch, 0), latest_sequence([file]))

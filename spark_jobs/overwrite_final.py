@@ -25,7 +25,7 @@ from pyspark.sql import functions as F
 
 from cdc_pipeline.config import TableConfig
 from cdc_pipeline.intervals import Interval
-from spark_jobs import delta, history
+from spark_jobs import applied, delta, history
 from spark_jobs.append_only import append_inserts
 from spark_jobs.common import StepArgs, StepContext, StepReport, run_step
 from spark_jobs.final_table import (
@@ -43,6 +43,8 @@ from spark_jobs.key_lookup import (
 )
 from spark_jobs.transforms import (
     ARRIVAL,
+    BATCH,
+    FILE,
     FLAG,
     latest_change_per_key,
 )
@@ -374,25 +376,30 @@ def history_seed(context: StepContext, columns: Sequence[str]) -> DataFrame | No
 
 
 def run_overwrite_final(context: StepContext, interval: Interval) -> StepReport:
-    """Apply the staged changes of the interval's hours to the final table."""
+    """Apply every staged change final has not applied yet (whatever hour folder or run it came
+    from), then mark its file versions applied."""
     table, paths = context.table, context.paths
     report = StepReport("overwrite-final", table.name, str(interval))
+    # The ledger before staging: every file version it lists as staged has its rows in the
+    # staging snapshot read next (stage commits staging before the ledger).
+    pending = applied.pending_files(paths, whole_extracts=table.change_format == "snapshot")
     staging = delta.load_snapshot(paths.staging)
-    batches = interval.batch_ids()
-    if not staging.exists or not staging.files_in(batches):
+    batches = pending.batches
+    if not pending.files or not staging.exists or not staging.files_in(batches):
         final = delta.load_snapshot(paths.final)
         report.counts.update(
-            changes=0, keys=0, partitions_rewritten=0, rows_written=0, final_version=final.version
+            changes=0,
+            keys=0,
+            partitions_rewritten=0,
+            rows_written=0,
+            files_applied=0,
+            final_version=final.version,
         )
         return report
     delta.inject_fault("overwrite_final:before_first_write")
-    changes = delta.read_snapshot(context.spark, staging, partitions=batches).persist()
+    changes = _pending_changes(context, staging, pending).persist()
     try:
-        files = staging.files_in(batches)
-        if all(f.num_records is not None for f in files):  # from the log: no Spark job
-            report.counts["changes"] = sum(f.num_records or 0 for f in files)
-        else:
-            report.counts["changes"] = changes.count()
+        report.counts["changes"] = _count_changes(staging, pending, changes)
         if table.insert_only:
             append_inserts(context, changes, report)
         else:
@@ -404,7 +411,29 @@ def run_overwrite_final(context: StepContext, interval: Interval) -> StepReport:
                 history.update_history(context, changes, seed, report)
     finally:
         changes.unpersist()
+    delta.inject_fault("overwrite_final:before_applied_marks")
+    applied.mark_applied(paths, pending, delta.new_run_id(), report.counts.get("final_version"))
+    report.counts["files_applied"] = len(pending.files)
     return report
+
+
+def _pending_changes(
+    context: StepContext, staging: delta.Snapshot, pending: applied.Pending
+) -> DataFrame:
+    """The staged rows of the pending file versions (their hour partitions, then their files)."""
+    rows = delta.read_snapshot(context.spark, staging, partitions=pending.batches)
+    if context.table.change_format == "snapshot" or pending.whole_batches:
+        return rows
+    wanted = [f"{batch}/{file}" for batch, file in sorted(pending.idents)]
+    return rows.filter(F.concat_ws("/", F.col(BATCH), F.col(FILE)).isin(wanted))
+
+
+def _count_changes(staging: delta.Snapshot, pending: applied.Pending, changes: DataFrame) -> int:
+    """How many changes are applied: from the log when whole batches are read (no Spark job)."""
+    files = staging.files_in(pending.batches)
+    if pending.whole_batches and all(f.num_records is not None for f in files):
+        return sum(f.num_records or 0 for f in files)
+    return changes.count()
 
 
 def overwrite_final_step(context: StepContext, args: StepArgs) -> StepReport:

@@ -12,7 +12,6 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
-from deltalake import write_deltalake
 from pyspark.errors import AnalysisException
 from pyspark.sql import Column, DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
@@ -189,6 +188,27 @@ def _commit_append(
     return delta.append_with_retries(frame, path, step, fault_point)
 
 
+def _commit_staging(
+    path: Path, frame: DataFrame, planned: delta.Snapshot
+) -> tuple[int, int] | None:
+    """Append the staged rows as the first data commit after the snapshot the run planned from
+    (its own schema evolution aside); None when another run's commit came first: it may hold
+    the same file versions, so the caller plans again instead of staging them twice."""
+    delta.ensure_table(path, frame.schema, [BATCH])
+    current = delta.load_snapshot(path)
+    if delta.data_commits_between(
+        path, planned.version, current.version, ignore=("evolve_schema",)
+    ):
+        return None
+    run_id = delta.new_run_id()
+    written = delta.write_files(frame, path, current.partition_columns, run_id)
+    if not written.actions:
+        return 0, current.version
+    delta.inject_fault("stage:before_staging_commit")
+    result = delta.try_commit(current, written, "append", "stage", run_id, exclusive=True)
+    return None if result is None else (written.rows, result.version)
+
+
 @dataclass
 class _StagePlan:
     """What one stage run reads and refuses: the interval's landing listing against the ledger."""
@@ -203,6 +223,7 @@ class _StagePlan:
     to_read: list[LandingFile]
     parquet: ParquetPlan | None
     refused: set[tuple[str, str]]
+    outside_window: list[LandingFile]  # landed before the window, not staged: reported only
 
 
 @dataclass
@@ -217,14 +238,27 @@ class _StageRows:
 
 
 def run_stage(context: StepContext, interval: Interval) -> StepReport:
-    """Stage the interval's new file versions; quarantine the rows that cannot be applied and the
-    entries that cannot be read (links, unreadable files, contradicting Parquet schemas)."""
+    """Stage every landed file version not staged yet in the hours the run lists (the
+    late-arrival window up to the interval's end); quarantine the rows that cannot be applied and
+    the entries that cannot be read (links, unreadable files, contradicting Parquet schemas).
+
+    Runs of one table may overlap (their windows do): staging takes one run's files at a time.
+    An attempt whose staging commit is not the first after its plan plans again, and finds the
+    other run's files in staging instead of staging them twice."""
+    return delta.with_retries(
+        f"table {context.table.name}: stage", lambda _: _stage_attempt(context, interval)
+    )
+
+
+def _stage_attempt(context: StepContext, interval: Interval) -> StepReport | None:
+    """One plan-read-commit of the stage step; None when another run staged first."""
     spark, table, paths = context.spark, context.table, context.paths
     report = StepReport("stage", table.name, str(interval))
     plan = _plan_stage(context, interval)
     counts = report.counts
     _count_planned(counts, plan)
     _warn_landing(table, interval, plan.listing, plan.files, plan.refusals)
+    _warn_outside_window(table, interval, plan.outside_window)
     quarantine = delta.load_snapshot(paths.quarantine)
     now, run_id = datetime.now(UTC), delta.new_run_id()
     ledger_rows = [
@@ -244,11 +278,14 @@ def run_stage(context: StepContext, interval: Interval) -> StepReport:
     rows = _read_planned(context, interval, plan, in_staging, counts)
     _settle_crashed_run(context, plan, rows, in_staging, in_quarantine, ledger_rows, now, run_id)
     _leave_changed_files(table, interval, plan, rows, counts)
-    staged, staging_version, quarantined, quarantine_version = _commit_rows(
-        context, plan, rows, in_quarantine, quarantine
-    )
-    for done_with in rows.release:
-        done_with()
+    try:
+        committed = _commit_rows(context, plan, rows, in_quarantine, quarantine)
+    finally:
+        for done_with in rows.release:
+            done_with()
+    if committed is None:
+        return None
+    staged, staging_version, quarantined, quarantine_version = committed
     delta.inject_fault("stage:before_ledger_commit")
     _add_ledger_rows(plan, rows, ledger_rows, now, run_id)
     _append_ledger(paths.ledger, ledger_rows)
@@ -266,10 +303,15 @@ def _plan_stage(context: StepContext, interval: Interval) -> _StagePlan:
     """List the interval's landing and plan it against the ledger: the files to read, the entries
     refused; an extract out of order, or one with a changed or refused file, stops the run."""
     table, paths = context.table, context.paths
-    listing = landing.list_landing(paths, interval, table.file_format)
+    is_snapshot = table.change_format == "snapshot"
+    window = landing.listing_interval(interval, table.late_arrival, is_snapshot)
+    listing = landing.list_landing(paths, window, table.file_format)
     ledger = landing.read_ledger(delta.arrow_table_rows(paths.ledger))
     files = landing.plan_files(listing, ledger)
-    is_snapshot = table.change_format == "snapshot"
+    outside: list[LandingFile] = []
+    if not is_snapshot:
+        earlier = landing.list_before(paths, window.start, table.file_format)
+        outside = landing.unknown_files(earlier, ledger)
     pending, refusals = files.pending, list(files.refusals)
     staging = delta.load_snapshot(paths.staging)
     snapshot_batch = None
@@ -301,6 +343,7 @@ def _plan_stage(context: StepContext, interval: Interval) -> _StagePlan:
         to_read,
         parquet,
         refused,
+        outside,
     )
 
 
@@ -316,6 +359,7 @@ def _count_planned(counts: dict[str, Any], plan: _StagePlan) -> None:
         symlinks_refused=plan.files.links,
         unrecognised_entries=len(plan.listing.unrecognised),
         files_deferred=len(plan.files.deferred),
+        files_outside_window=len(plan.outside_window),
     )
 
 
@@ -439,16 +483,18 @@ def _commit_rows(
     rows: _StageRows,
     in_quarantine: set[tuple[str, str]],
     quarantine: delta.Snapshot,
-) -> tuple[int, int, int, int]:
+) -> tuple[int, int, int, int] | None:
     """Append the good rows to staging, then the bad rows and the new refusals to quarantine:
-    (rows staged, staging version, rows quarantined, quarantine version)."""
+    (rows staged, staging version, rows quarantined, quarantine version); None when another
+    run staged first (nothing was committed: plan again)."""
     spark, table, paths = context.spark, context.table, context.paths
     good, bad = rows.good, rows.bad
     new_refusals = [r for r in plan.refusals if (r.batch, r.file) not in in_quarantine]
     if good is not None:
-        staged, staging_version = _commit_append(
-            paths.staging, good, [BATCH], "stage", "stage:before_staging_commit"
-        )
+        appended = _commit_staging(paths.staging, good, plan.staging)
+        if appended is None:
+            return None
+        staged, staging_version = appended
     else:
         staged, staging_version = 0, plan.staging.version
     schema = bad.schema if bad is not None else _quarantine_schema(table, quarantine)
@@ -903,6 +949,24 @@ def _warn_landing(
             warn(f"{where}: file {refusal.relative} refused (quarantined): {refusal.reason}")
 
 
+def _warn_outside_window(
+    table: TableConfig, interval: Interval, outside: Sequence[LandingFile]
+) -> None:
+    """Files landed in hour folders older than the late-arrival window are never staged silently:
+    one warning naming them and the command that applies them."""
+    if not outside:
+        return
+    oldest = min(f.batch for f in outside)
+    start = f"{oldest[:10]}T{oldest[11:]}:00:00Z"
+    warn(
+        f"table {table.name}: {interval}: {len(outside)} file(s) landed in hour folders older than "
+        f"the late_arrival_window ({table.late_arrival_window}), not staged: "
+        + _listed([f.relative for f in outside])
+        + f"; apply them with `cdc run {table.name} --start {start} --end "
+        f"{interval.end.strftime('%Y-%m-%dT%H:%M:%SZ')}` or widen late_arrival_window"
+    )
+
+
 def _quarantine_schema(table: TableConfig, quarantine: delta.Snapshot) -> StructType:
     """The quarantine's columns, for file-level rows when no row was read."""
     if quarantine.schema is not None:
@@ -926,13 +990,7 @@ def _refusal_rows(
 
 def _append_ledger(path: Path, rows: list[dict[str, Any]]) -> None:
     """Append rows to the ledger; an older ledger gains the content columns (merged schema)."""
-    if rows:
-        write_deltalake(
-            str(path),
-            pa.Table.from_pylist(rows, landing.LEDGER_SCHEMA),
-            mode="append",
-            schema_mode="merge",
-        )
+    delta.append_arrow(path, pa.Table.from_pylist(rows, landing.LEDGER_SCHEMA))
 
 
 def warn(message: str) -> None:

@@ -16,7 +16,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TypeVar
 
-from deltalake import CommitProperties, Schema
+import pyarrow as pa
+from deltalake import CommitProperties, Schema, write_deltalake
 from deltalake.exceptions import CommitFailedError
 from deltalake.transaction import AddAction, RemoveAction
 from pyspark.sql import DataFrame, SparkSession
@@ -117,6 +118,20 @@ def find_commit(path: Path, read_version: int, run_id: str) -> CommitResult:
         if info.get("operation") not in _NON_DATA_OPERATIONS:
             between.append(version)
         version += 1
+
+
+def data_commits_between(
+    path: Path, after: int, upto: int, ignore: tuple[str, ...] = ()
+) -> list[int]:
+    """Versions in (after, upto] that may have changed what the table holds: every commit but
+    the non-data operations and those of the steps named in `ignore`."""
+    found = []
+    for version in range(max(after, -1) + 1, upto + 1):
+        info = _commit_info(path, version) or {}
+        if info.get("operation") in _NON_DATA_OPERATIONS or info.get(STEP_KEY) in ignore:
+            continue
+        found.append(version)
+    return found
 
 
 def _commit_info(path: Path, version: int) -> dict[str, Any] | None:
@@ -221,3 +236,11 @@ def remove_duplicate_rows(spark: SparkSession, path: Path, step: str) -> int:
         return None if result is None or result.interfering_versions else result.version
 
     return with_retries(f"{path}: removing duplicate rows", attempt)
+
+
+def append_arrow(path: Path, rows: pa.Table) -> None:
+    """Append a small driver-side table (the ledger, applied marks) to the Delta table at `path`,
+    creating it; an older table gains new columns (merged schema). Appends never conflict with
+    each other: delta-rs retries a lost race by itself, so no attempt loop is needed here."""
+    if rows.num_rows:
+        write_deltalake(str(path), rows, mode="append", schema_mode="merge")
