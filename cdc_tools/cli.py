@@ -92,6 +92,15 @@ def build_parser() -> argparse.ArgumentParser:
     cycle.add_argument(
         "--smoke", action="store_true", help="3 tables, 30 changes, one mode (Connect if available)"
     )
+    status = commands.add_parser(
+        "status",
+        help="per table: newest applied change, files waiting (landed, not applied), oldest waiting",
+    )
+    status.add_argument("--config", type=Path, default=argparse.SUPPRESS)
+    status.add_argument("tables", nargs="*", help="table names (default: every table)")
+    status.add_argument(
+        "--at", default=None, help="measure as of this time, ISO 8601 (default: now)"
+    )
     demo = commands.add_parser("demo", help="generate sample change sets and apply them")
     demo.add_argument("--config", type=Path, default=argparse.SUPPRESS)
     demo.add_argument(
@@ -161,6 +170,28 @@ def run_both(args) -> int:  # type: ignore[no-untyped-def]
         return StepReport("run", context.table.name, str(interval), counts)
 
     return execute(args, "run", body)
+
+
+def run_status_command(namespace: argparse.Namespace) -> int:
+    """`cdc status`: one line per table, freshness measured by the data (no Spark)."""
+    from cdc_pipeline.errors import CdcError
+    from cdc_pipeline.paths import TablePaths
+    from spark_jobs.common import one_line
+    from spark_jobs.freshness import data_freshness
+
+    loaded = load_table_configs(namespace.config)
+    try:
+        names = list(dict.fromkeys(namespace.tables)) or sorted(loaded.tables)
+        tables = [loaded.table(name) for name in names]
+    except CdcError as error:
+        print(f"error: status: {one_line(error)}", file=sys.stderr)
+        return 2
+    for problem in loaded.problems if not namespace.tables else []:
+        print(f"warning: status: skipped: {problem}", file=sys.stderr, flush=True)
+    now = parse_timestamp(namespace.at) if namespace.at else None
+    for table in tables:
+        print(data_freshness(table, TablePaths.for_table(table.name), now).line(), flush=True)
+    return 0
 
 
 def run_demo_command(namespace: argparse.Namespace) -> int:
@@ -295,6 +326,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         from spark_jobs.check import execute_check
 
         code = execute_check(namespace.config, namespace.tables)
+    elif namespace.command == "status":
+        code = run_status_command(namespace)
     elif namespace.command == "demo":
         code = run_demo_command(namespace)
     elif namespace.command == "bench":

@@ -41,6 +41,7 @@ from spark_jobs.transforms import (
 )
 
 MAX_LISTED = 10  # entries named in one warning line
+NEWEST = "newest_change"  # per-file count: the newest sequence time among its good rows
 
 
 def _with_arrival(df: DataFrame, row_position: str) -> DataFrame:
@@ -533,6 +534,7 @@ def _add_ledger_rows(
             None,
             now,
             run_id,
+            datetime.fromisoformat(r[NEWEST]).replace(tzinfo=UTC) if r.get(NEWEST) else None,
         )
         for r in rows.per_file
         if (r[BATCH], r[FILE]) in by_ident
@@ -676,6 +678,7 @@ def _typed_rows(
                 .agg(
                     F.sum(F.when(F.col(REASON).isNull(), 1).otherwise(0)).alias("good"),
                     F.sum(F.when(F.col(REASON).isNotNull(), 1).otherwise(0)).alias("bad"),
+                    _newest_change(table, column_types).alias(NEWEST),
                 )
                 .collect()  # metadata: one row per file
             ]
@@ -687,6 +690,18 @@ def _typed_rows(
         message = str(error).strip().splitlines()[0]
         raise ConfigError(f"table {table.name}: partition_expression: {message}") from None
     return typed, per_file
+
+
+def _newest_change(table: TableConfig, column_types: dict[str, str]) -> Column:
+    """Newest value of the first sequence column among a file's good rows, when it is a time or
+    a date (the ledger keeps it: freshness by data); null otherwise."""
+    column = table.sequence_by[0]
+    kind = column_types.get(column, "")
+    if kind not in ("timestamp", "timestamp_ntz", "date") or column not in column_types:
+        return F.lit(None).cast("string")
+    # As text in the session's time zone (UTC): a Python datetime would take the driver's zone.
+    newest = F.max(F.when(F.col(REASON).isNull(), F.col(quoted(column)).cast("timestamp")))
+    return F.date_format(newest, "yyyy-MM-dd'T'HH:mm:ss.SSSSSS")
 
 
 def _files_spark_cannot_read(

@@ -211,3 +211,28 @@ def test_a_file_written_during_a_run_is_applied_by_the_next_run(
     result = run(workspace, "01:00", "02:00")
     assert result["files_applied"] == "1"
     assert final(workspace) == [(1, 1), (2, 1)]
+
+
+def test_status_tells_freshness_by_the_data_not_by_the_runs(workspace: Workspace) -> None:
+    workspace.configure({**TABLE, "late_arrival_window": "3h"})
+    workspace.land("t", "2024-01-01T00", "a.csv", [change("I", 1, 1, "00:10:00")])
+    run(workspace, "00:00", "01:00")
+    late = workspace.land("t", "2024-01-01T00", "late.csv", [change("I", 2, 1, "00:50:00")])
+    os.utime(late, (1704074400, 1704074400))  # landed 2024-01-01T02:00:00Z
+    result = cdc(workspace, "status", "t", "--at", "2024-01-01T02:30:00Z")
+    assert result.returncode == 0, result.stderr
+    values = summary(result)
+    assert values["newest_change"] == "2024-01-01T00:10:00Z"
+    assert (values["files_waiting"], values["files_applied"]) == ("1", "1")
+    assert (values["oldest_waiting"], values["waiting_hours"]) == ("2024-01-01T02:00:00Z", "0.5")
+    assert values["files_outside_window"] == "0"
+    # Three hours on, the late file's folder is outside the window: still shown, not hidden.
+    later = summary(cdc(workspace, "status", "t", "--at", "2024-01-01T05:30:00Z"))
+    assert (later["files_waiting"], later["files_outside_window"]) == ("0", "1")
+    run(workspace, "00:00", "03:00")
+    done = summary(cdc(workspace, "status", "t", "--at", "2024-01-01T02:30:00Z"))
+    assert (done["newest_change"], done["files_waiting"], done["oldest_waiting"]) == (
+        "2024-01-01T00:50:00Z",
+        "0",
+        "-",
+    )

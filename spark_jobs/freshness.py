@@ -1,0 +1,104 @@
+"""Freshness by data: what final has applied and what has landed but is not applied yet.
+
+Measured from the tables and the landing zone, never from the runs that succeeded: a table whose
+hourly runs all succeed as no-ops while its capture job stopped (or while its files land in a
+folder no run reads) is stale here. Driver-side metadata only (folder listings, the ledger, the
+applied marks and the Delta logs' statistics), no Spark: `cdc status`, the CDC tables view and
+the freshness alert read it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from cdc_pipeline.config import TableConfig
+from cdc_pipeline.intervals import HOUR, Interval, format_timestamp
+from cdc_pipeline.paths import TablePaths
+from spark_jobs import applied, delta, landing
+
+
+@dataclass(frozen=True)
+class DataFreshness:
+    """One table's freshness by data at `measured_at`."""
+
+    table: str
+    measured_at: datetime
+    newest_change: datetime | None  # newest sequence time applied (sequence_by[0] a time)
+    newest_applied_file: datetime | None  # landing time (mtime) of the newest applied file
+    files_applied: int
+    files_waiting: int  # landed in the window and not staged, or staged and not applied
+    oldest_waiting: datetime | None  # landing time of the oldest of them
+    files_outside_window: int  # landed before the window, never staged
+
+    @property
+    def waiting_hours(self) -> float | None:
+        """Age of the oldest waiting file in hours (None: nothing waits)."""
+        if self.oldest_waiting is None:
+            return None
+        return max(0.0, (self.measured_at - self.oldest_waiting).total_seconds() / 3600)
+
+    def document(self) -> dict[str, Any]:
+        """As plain JSON data (`cdc status --json`, the view)."""
+        return {
+            "table": self.table,
+            "measured_at": _iso(self.measured_at),
+            "newest_change": _iso(self.newest_change),
+            "newest_applied_file": _iso(self.newest_applied_file),
+            "files_applied": self.files_applied,
+            "files_waiting": self.files_waiting,
+            "oldest_waiting": _iso(self.oldest_waiting),
+            "waiting_hours": None if self.waiting_hours is None else round(self.waiting_hours, 2),
+            "files_outside_window": self.files_outside_window,
+        }
+
+    def line(self) -> str:
+        """`status orders: newest_change=... files_waiting=0 ...` (one line per table)."""
+        values = " ".join(
+            f"{k}={'-' if v is None else v}" for k, v in self.document().items() if k != "table"
+        )
+        return f"status {self.table}: {values}"
+
+
+def _iso(value: datetime | None) -> str | None:
+    return None if value is None else format_timestamp(value)
+
+
+def _from_ns(value: int | None) -> datetime | None:
+    return None if value is None else datetime.fromtimestamp(value / 1e9, UTC)
+
+
+def data_freshness(
+    table: TableConfig, paths: TablePaths, now: datetime | None = None
+) -> DataFreshness:
+    """The table's freshness by data now: a run ending now would list the hours of its late-arrival
+    window; what it would stage, and what is staged but not applied, is waiting."""
+    now = now or datetime.now(UTC)
+    is_extract = table.change_format == "snapshot"
+    end = now.replace(minute=0, second=0, microsecond=0) + HOUR  # the current hour is listed
+    window = landing.listing_interval(Interval(end - HOUR, end), table.late_arrival, is_extract)
+    ledger = landing.read_ledger(delta.arrow_table_rows(paths.ledger))
+    listed = landing.list_landing(paths, window, table.file_format).files
+    not_staged = landing.unknown_files(listed, ledger)
+    outside = landing.unknown_files(
+        landing.list_before(paths, window.start, table.file_format), ledger
+    )
+    pending = applied.pending_files(paths, is_extract)
+    waiting = [f.mtime_ns for f in not_staged] + [
+        e.mtime_ns for e in pending.files if e.mtime_ns is not None
+    ]
+    marks = applied.applied_rows(paths)
+    landed = [int(r["landed_mtime_ns"]) for r in marks if r.get("landed_mtime_ns") is not None]
+    done = {(r["batch"], r["file"]) for r in marks}
+    changes = [e.newest_change for i, e in ledger.items() if i in done and e.newest_change]
+    return DataFreshness(
+        table=table.name,
+        measured_at=now,
+        newest_change=max(changes) if changes else None,
+        newest_applied_file=_from_ns(max(landed)) if landed else None,
+        files_applied=len({(r["batch"], r["file"]) for r in marks}),
+        files_waiting=len(not_staged) + len(pending.files),
+        oldest_waiting=_from_ns(min(waiting)) if waiting else None,
+        files_outside_window=len(outside),
+    )
