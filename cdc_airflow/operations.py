@@ -6,6 +6,7 @@ left alone: all of it is keyword arguments of the operator and of the DAG.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import partial
@@ -28,6 +29,8 @@ from cdc_airflow.alerts import (
 from cdc_pipeline.durations import format_duration
 from cdc_pipeline.manual_runs import run_interval
 from cdc_pipeline.planning import DagPlan, TaskPlan, cron_of, table_asset_uri
+
+log = logging.getLogger(__name__)
 
 
 def table_asset(table: str) -> Asset:
@@ -52,7 +55,12 @@ def task_arguments(plan: DagPlan, task: TaskPlan) -> dict[str, Any]:
             plan.table, plan.max_quarantine_fraction, plan.quarantine_action, plan.notify
         )
     if task.outlets:
-        arguments["post_execute"] = PublishCounts(Asset(task.outlets[0]))
+        arguments["post_execute"] = PublishCounts(
+            Asset(task.outlets[0]),
+            plan.table,
+            format_duration(plan.freshness) if plan.freshness else None,
+            tuple(plan.notify),
+        )
     return arguments
 
 
@@ -165,15 +173,73 @@ class QuarantineCheck:
             return [f"(reasons unreadable: {type(error).__name__}: {error})"]
 
 
+def alert_if_stale(context: Any, table: str, freshness: str, notify: Sequence[str]) -> None:
+    """Alert (log + notifiers) when a file has waited longer than `freshness` to be applied, or
+    landed outside the late-arrival window: the deadline is on the data, not on the runs."""
+    from cdc_airflow.table_status import data_freshness_of
+    from cdc_pipeline.config import load_table_configs
+    from cdc_pipeline.paths import TablePaths
+    from spark_jobs.freshness import data_freshness
+
+    task = getattr(context.get("ti"), "task", None)
+    config = getattr(task, "config_path", None)
+    try:
+        row = load_table_configs(config).table(table)
+        data = data_freshness(row, TablePaths.for_table(table))
+    except Exception:  # the alert must not fail a run that applied its changes
+        log.exception("table %s: freshness by data unreadable", table)
+        return
+    verdict = data_freshness_of(row, None, data)
+    if not verdict.overdue:
+        return
+    ti = context.get("ti")
+    message = (
+        f"table {table}: {data.files_waiting} file(s) landed and not applied, the oldest since "
+        f"{data.document()['oldest_waiting']} (freshness {freshness}); "
+        f"{data.files_outside_window} file(s) outside the late_arrival_window: `cdc status {table}`"
+    )
+    send_alert(
+        Alert(
+            kind="stale_data",
+            table=table,
+            dag_id=str(getattr(ti, "dag_id", f"cdc_{table}")),
+            run_id=str(getattr(ti, "run_id", "")),
+            task_id=getattr(ti, "task_id", "overwrite_final"),
+            message=message,
+            details=data.document(),
+        ),
+        notify,
+    )
+
+
+def final_changed(counts: dict[str, Any]) -> bool:
+    """Whether an overwrite-final run changed final: it rewrote a partition or wrote rows."""
+    return any(int(counts.get(k) or 0) > 0 for k in ("partitions_rewritten", "rows_written"))
+
+
 @dataclass(frozen=True)
 class PublishCounts:
-    """post_execute of `overwrite_final`: the run's interval and counts as the asset event's extra."""
+    """post_execute of `overwrite_final`: the run's interval and counts as the asset event's extra
+    (no event when final did not change), then the freshness check by the data."""
 
     asset: Any  # airflow.sdk.Asset
+    table: str = ""
+    freshness: str | None = None
+    notify: Sequence[str] = ()
 
     def __call__(self, context: Any, result: Any = None) -> None:
-        """Attach the step's counts to the event Airflow emits for the table's asset."""
+        """Attach the step's counts to the event Airflow emits for the table's asset; a run that
+        left final as it was emits no event (a downstream DAG scheduled on the table would run
+        for nothing): Airflow emits one per outlet the task holds when it succeeds, so the task
+        instance's copy of the operator drops its outlets."""
         report = result if isinstance(result, dict) else {}
+        if self.freshness:
+            alert_if_stale(context, self.table, self.freshness, self.notify)
+        if not final_changed(report.get("counts") or {}):
+            task = getattr(context.get("ti"), "task", None)
+            if task is not None:
+                task.outlets = []
+            return
         start, end = context.get("data_interval_start"), context.get("data_interval_end")
         context["outlet_events"][self.asset].extra = {
             "table": report.get("table"),

@@ -8,6 +8,7 @@ it from a thread, never from an event loop.
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -16,6 +17,9 @@ from typing import Any
 
 from cdc_pipeline.config import TableConfig, load_table_configs
 from cdc_pipeline.paths import TablePaths
+from spark_jobs.freshness import DataFreshness, data_freshness
+
+log = logging.getLogger(__name__)
 
 RECENT_RUNS = 20  # runs per table in the sparklines and the quarantine growth
 CHECK_FILE = "_cdc_check.json"  # written by `cdc check` next to the table's Delta tables
@@ -57,12 +61,19 @@ class CheckResult:
 
 @dataclass(frozen=True)
 class Freshness:
-    """How far behind a table is, and whether it missed its deadline."""
+    """How far behind a table is, and whether it missed its deadline.
+
+    Measured by the data when it can be read (`data`): behind is the age of the oldest file
+    landed but not applied (0 when every landed file is applied), the deadline that file's
+    landing time plus `freshness`; a file outside the late-arrival window is overdue at once.
+    Otherwise by the runs: now minus the last successful interval's end.
+    """
 
     last_success_end: datetime | None
     hours_behind: float | None
-    deadline: datetime | None  # the next interval must have succeeded by then (None: no limit)
+    deadline: datetime | None  # None: no limit, or nothing waiting
     overdue: bool
+    data: DataFreshness | None = None
 
 
 @dataclass(frozen=True)
@@ -101,6 +112,7 @@ class TableStatus:
             "hours_behind": self.freshness.hours_behind,
             "deadline": _iso(self.freshness.deadline),
             "overdue": self.freshness.overdue,
+            "data": None if self.freshness.data is None else self.freshness.data.document(),
             "last_success_interval": self.last_success_interval,
             "last_run": _run_dict(self.last_run),
             "runs": [_run_dict(r) for r in self.runs],
@@ -148,6 +160,22 @@ def next_interval_end(schedule: str, after: datetime) -> datetime:
     from cdc_pipeline.planning import cron_of
 
     return croniter(cron_of(schedule), after.astimezone(UTC)).get_next(datetime).astimezone(UTC)
+
+
+def data_freshness_of(
+    table: TableConfig, last_success_end: datetime | None, data: DataFreshness
+) -> Freshness:
+    """Freshness by the data: see Freshness."""
+    limit = getattr(table, "freshness", None)
+    waiting = data.waiting_hours
+    behind = waiting if waiting is not None else (0.0 if data.files_applied else None)
+    deadline = None
+    if limit and data.oldest_waiting is not None:
+        deadline = data.oldest_waiting + parse_freshness(str(limit))
+    overdue = data.files_outside_window > 0 or (
+        deadline is not None and data.measured_at > deadline
+    )
+    return Freshness(last_success_end, behind, deadline, overdue, data)
 
 
 def freshness_of(table: TableConfig, last_success_end: datetime | None, now: datetime) -> Freshness:
@@ -340,6 +368,12 @@ def table_status(
     paths = paths or TablePaths.for_table(table.name)
     successes = [r for r in runs if r.state == "success" and r.interval_end is not None]
     last = max(successes, key=lambda r: r.interval_end or now) if successes else None
+    last_end = last.interval_end if last else None
+    try:
+        freshness = data_freshness_of(table, last_end, data_freshness(table, paths, now))
+    except Exception:  # a broken table still gets its row, measured by its runs
+        log.exception("table %s: freshness by data unreadable", table.name)
+        freshness = freshness_of(table, last_end, now)
     final, staging, quarantine = (
         _table(paths.final),
         _table(paths.staging),
@@ -349,7 +383,7 @@ def table_status(
         name=table.name,
         dag_id=table.dag_id,
         freshness_limit=getattr(table, "freshness", None),
-        freshness=freshness_of(table, last.interval_end if last else None, now),
+        freshness=freshness,
         last_success_interval=None
         if last is None or last.interval_start is None or last.interval_end is None
         else f"[{last.interval_start:%Y-%m-%d %H:%M}, {last.interval_end:%Y-%m-%d %H:%M})",

@@ -170,13 +170,29 @@ def sparkline(values: Sequence[float | None], width: int = 120, height: int = 24
 
 
 def _behind(status: TableStatus) -> tuple[str, str]:
+    """Behind, measured by the data: the oldest file landed and not applied (runs as fallback)."""
     fresh = status.freshness
     limit = f" (limit {_text(status.freshness_limit)})" if status.freshness_limit else ""
     behind = fresh.hours_behind
-    text = "never succeeded" if behind is None else f"{behind:.1f} h behind"
+    data = fresh.data
+    if data is None:
+        text = "never succeeded" if behind is None else f"{behind:.1f} h behind"
+    elif data.files_waiting:
+        text = f"{behind or 0:.1f} h behind: {data.files_waiting} file(s) waiting"
+    elif behind is None:
+        text = "no data applied yet"
+    else:
+        text = "0.0 h behind: every landed file applied"
+    if data is not None and data.newest_change is not None:
+        text += f"<br>newest change {data.newest_change:%Y-%m-%d %H:%M}Z"
+    if data is not None and data.files_outside_window:
+        text += (
+            f"<br>{data.files_outside_window} file(s) outside the late-arrival window, not "
+            "applied: see `cdc status`"
+        )
     if fresh.overdue:
-        deadline = f"{fresh.deadline:%Y-%m-%d %H:%M}Z" if fresh.deadline else ""
-        return "late", f"{text}{limit}<br>past deadline {deadline}"
+        deadline = f"<br>past deadline {fresh.deadline:%Y-%m-%d %H:%M}Z" if fresh.deadline else ""
+        return "late", f"{text}{limit}{deadline}"
     return ("fresh" if fresh.hours_behind is not None else "muted"), f"{text}{limit}"
 
 

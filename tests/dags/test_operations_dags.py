@@ -106,7 +106,7 @@ def test_the_parsed_dag_has_timeouts_pools_asset_callbacks_and_deadline(
     check = dag.get_task("stage")._post_execute_hook
     assert check == QuarantineCheck("t", 0.1, "fail", ("ops_email", "audit"))
     assert dag.get_task("overwrite_final")._post_execute_hook == PublishCounts(
-        Asset("x-cdc://t/final")
+        Asset("x-cdc://t/final"), "t", "2h", ("ops_email", "audit")
     )
     (deadline,) = dag.deadline if isinstance(dag.deadline, list) else [dag.deadline]
     assert deadline.reference == DeadlineReference.DAGRUN_QUEUED_AT

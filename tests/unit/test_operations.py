@@ -4,6 +4,7 @@ quarantine check and the asset event's extra."""
 from __future__ import annotations
 
 import json
+import os
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from types import SimpleNamespace
@@ -262,6 +263,66 @@ def test_publish_counts_puts_the_interval_and_counts_on_the_asset_event() -> Non
         "data_interval_end": "2024-01-01T01:00:00+00:00",
         "counts": {"rows_written": 2},
     }
+
+
+def test_a_run_that_left_final_as_it_was_publishes_no_asset_event() -> None:
+    task = SimpleNamespace(outlets=["asset"])
+    events: dict[str, SimpleNamespace] = {"asset": SimpleNamespace(extra={})}
+    context = {
+        "data_interval_start": at(0),
+        "data_interval_end": at(1),
+        "outlet_events": events,
+        "ti": SimpleNamespace(task=task),
+    }
+    noop = {"counts": {"changes": 0, "partitions_rewritten": 0, "rows_written": 0}}
+    PublishCounts("asset")(context, noop)
+    assert (task.outlets, events["asset"].extra) == ([], {})
+    task.outlets = ["asset"]
+    PublishCounts("asset")(context, {"counts": {"partitions_rewritten": 1, "rows_written": 0}})
+    assert task.outlets == ["asset"]
+    assert events["asset"].extra["counts"] == {"partitions_rewritten": 1, "rows_written": 0}
+
+
+def test_a_file_waiting_longer_than_freshness_sends_a_stale_data_alert(
+    recorded: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    config = tmp_path / "tables.yaml"
+    row = {
+        "name": "t",
+        "file_format": "csv",
+        "columns": {"ID": "bigint", "TS": "timestamp"},
+        "keys": ["ID"],
+        "sequence_by": ["TS"],
+        "freshness": "1h",
+    }
+    config.write_text(json.dumps({"tables": [row]}))
+    monkeypatch.setenv("CDC_WAREHOUSE", str(tmp_path / "warehouse"))
+    monkeypatch.setenv("CDC_LANDING", str(tmp_path / "landing"))
+    ti = SimpleNamespace(
+        dag_id="cdc_t",
+        run_id="r1",
+        task_id="overwrite_final",
+        task=SimpleNamespace(config_path=str(config), outlets=[]),
+    )
+    publish = PublishCounts("asset", "t", "1h", ("record",))
+    events = {"asset": SimpleNamespace(extra={})}
+    publish({"ti": ti, "outlet_events": events}, {"counts": {}})
+    assert records(recorded) == []  # nothing landed: nothing waits
+    now = datetime.now(UTC)
+    folder = tmp_path / "landing" / "t" / f"dt={now:%Y-%m-%d}" / f"hr={now:%H}"
+    folder.mkdir(parents=True)
+    (folder / "a.csv").write_text("FLAG,ID,TS\nI,1,2024-01-01 00:00:00\n")
+    publish({"ti": ti, "outlet_events": events}, {"counts": {}})
+    assert records(recorded) == []  # it landed just now: within freshness
+    two_hours_ago = now.timestamp() - 7200
+    os.utime(folder / "a.csv", (two_hours_ago, two_hours_ago))
+    publish({"ti": ti, "outlet_events": events}, {"counts": {}})
+    (stale,) = records(recorded)
+    assert stale["kind"] == "stale_data"
+    assert stale["message"].startswith(
+        "table t: 1 file(s) landed and not applied, the oldest since"
+    )
+    assert stale["details"]["files_waiting"] == 1
 
 
 def test_the_registry_comes_from_the_variable_or_from_the_environment_in_a_callback(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -130,8 +131,13 @@ def history() -> list[RunPoint]:
 
 @pytest.fixture
 def delta_tables(tables: Path) -> Path:
-    """alpha's final (3 rows, then 1 more: version 1) and quarantine (2 rows); a failed check."""
+    """alpha's final (3 rows, then 1 more: version 1) and quarantine (2 rows); a failed check;
+    a change file landed at 11:00 in hour 09's folder and not applied yet."""
     paths = TablePaths.for_table("alpha")
+    waiting = paths.landing / "dt=2024-03-01" / "hr=09" / "late.csv"
+    waiting.parent.mkdir(parents=True)
+    waiting.write_bytes(b"x")
+    os.utime(waiting, (at(11).timestamp(), at(11).timestamp()))
     write_deltalake(str(paths.final), pa.table({"ID": [1, 2, 3]}))
     write_deltalake(str(paths.final), pa.table({"ID": [4]}), mode="append")
     write_deltalake(str(paths.quarantine), pa.table({"_cdc_reason": ["a", "b"]}))
@@ -146,7 +152,9 @@ def test_table_status_combines_runs_delta_logs_and_the_check(delta_tables: Path)
     status = table_status.table_status(alpha, history(), NOW)
     assert status.last_run == history()[2]
     assert status.last_success_interval == "[2024-03-01 09:00, 2024-03-01 10:00)"
-    assert (status.freshness.hours_behind, status.freshness.overdue) == (2.5, False)
+    # Behind by the data: the oldest file landed and not applied is 1.5 h old (limit 2h).
+    assert (status.freshness.hours_behind, status.freshness.overdue) == (1.5, False)
+    assert status.freshness.deadline == at(13)
     assert (status.final_version, status.final_rows, status.quarantined_rows) == (1, 4, 2)
     assert status.staging_rows is None  # no staging table yet
     assert status.quarantine_growth == 2
@@ -224,7 +232,7 @@ def test_the_page_shows_only_readable_tables_with_relative_links(client: TestCli
     assert urljoin(base, "../dags/cdc_alpha") == "http://testserver/airflow/dags/cdc_alpha"
     assert 'href="../dags/cdc_alpha"' in page
     assert 'href="../dags/cdc_alpha/runs/scheduled__3"' in page
-    assert "2.5 h behind (limit 2h)" in page and "1 failed" in page
+    assert "1.5 h behind: 1 file(s) waiting (limit 2h)" in page and "1 failed" in page
     assert "+2 over 3 runs, 2 held" in page  # quarantine growth and rows held
     assert "breach</span>: dup key 3" in page
     assert (
@@ -247,7 +255,7 @@ def test_a_late_table_is_red(client: TestClient, monkeypatch: pytest.MonkeyPatch
     monkeypatch.setattr(view, "utc_now", lambda: at(13, 1))
     page = client.get(f"{PAGE}").text
     row = page[page.index('id="table-alpha"') :]
-    # The last success ended 10:00: the 11:00 interval had to succeed by 13:00.
+    # The file waiting since 11:00 had to be applied by 13:00 (freshness 2h).
     assert row.split("<td", 3)[2].startswith(' class="late"')
     assert "past deadline 2024-03-01 13:00Z" in row
 
