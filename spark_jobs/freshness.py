@@ -81,9 +81,7 @@ def data_freshness(
     ledger = landing.read_ledger(delta.arrow_table_rows(paths.ledger))
     listed = landing.list_landing(paths, window, table.file_format).files
     not_staged = landing.unknown_files(listed, ledger)
-    outside = landing.unknown_files(
-        landing.list_before(paths, window.start, table.file_format), ledger
-    )
+    outside = landing.unknown_before(paths, window.start, table.file_format, ledger)
     pending = applied.pending_files(paths, is_extract)
     waiting = [f.mtime_ns for f in not_staged] + [
         e.mtime_ns for e in pending.files if e.mtime_ns is not None

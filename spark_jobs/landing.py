@@ -307,12 +307,28 @@ def unknown_files(
     return [f for f in files if not is_known(f, versions)]
 
 
-def list_before(paths: TablePaths, before: datetime, file_format: str) -> list[LandingFile]:
-    """The change files of every hour folder that starts before `before` (links and other
-    entries are not reported here: only the runs over their hour report them)."""
+def unknown_before(
+    paths: TablePaths,
+    before: datetime,
+    file_format: str,
+    ledger: dict[tuple[str, str], LedgerEntry],
+) -> list[LandingFile]:
+    """The change files the ledger does not know (by size and mtime) in every hour folder that
+    starts before `before`: landed outside the late-arrival window, reported, never staged.
+
+    A folder whose own mtime is not after the latest ledger row of its hour is not opened: no
+    entry was added to, renamed into or removed from it since a stage run listed it (a year of
+    hourly folders is then one stat per folder). A file rewritten in place in such a folder
+    changes no folder mtime and is not seen here; a rerun over its hour still stages it."""
     root = paths.landing
     if root.is_symlink() or not root.is_dir():
         return []
+    seen: dict[str, int] = {}
+    for known in ledger.values():
+        if known.staged_at is not None:
+            stamp = int(known.staged_at.timestamp() * 1e9)
+            seen[known.batch] = max(seen.get(known.batch, 0), stamp)
+    versions = _versions_by_name(ledger)
     extensions = EXTENSIONS[file_format]
     found = []
     for day_entry in _scan(root):
@@ -324,9 +340,11 @@ def list_before(paths: TablePaths, before: datetime, file_format: str) -> list[L
             if hour is None or not hour_entry.is_dir(follow_symlinks=False):
                 continue
             start = datetime(day.year, day.month, day.day, int(hour.group(1)), tzinfo=UTC)
+            batch = batch_id(day_entry.name[3:], hour.group(1))
             if start >= before:
                 continue
-            batch = batch_id(day_entry.name[3:], hour.group(1))
+            if hour_entry.stat(follow_symlinks=False).st_mtime_ns <= seen.get(batch, -1):
+                continue
             relative_folder = f"{day_entry.name}/{hour_entry.name}"
             for entry in _scan(Path(hour_entry.path)):
                 if (
@@ -336,15 +354,15 @@ def list_before(paths: TablePaths, before: datetime, file_format: str) -> list[L
                 ):
                     continue
                 info = entry.stat(follow_symlinks=False)
-                found.append(
-                    LandingFile(
-                        batch,
-                        Path(entry.path),
-                        f"{relative_folder}/{entry.name}",
-                        info.st_size,
-                        info.st_mtime_ns,
-                    )
+                listed = LandingFile(
+                    batch,
+                    Path(entry.path),
+                    f"{relative_folder}/{entry.name}",
+                    info.st_size,
+                    info.st_mtime_ns,
                 )
+                if not is_known(listed, versions):
+                    found.append(listed)
     return found
 
 

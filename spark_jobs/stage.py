@@ -311,8 +311,7 @@ def _plan_stage(context: StepContext, interval: Interval) -> _StagePlan:
     files = landing.plan_files(listing, ledger)
     outside: list[LandingFile] = []
     if not is_snapshot:
-        earlier = landing.list_before(paths, window.start, table.file_format)
-        outside = landing.unknown_files(earlier, ledger)
+        outside = landing.unknown_before(paths, window.start, table.file_format, ledger)
     pending, refusals = files.pending, list(files.refusals)
     staging = delta.load_snapshot(paths.staging)
     snapshot_batch = None
