@@ -395,6 +395,13 @@ def run_overwrite_final(context: StepContext, interval: Interval) -> StepReport:
             files_applied=0,
             final_version=final.version,
         )
+        if table.history:
+            report.counts.update(
+                history_changes_logged=0,
+                history_buckets_rewritten=0,
+                history_rows_written=0,
+                history_version=delta.load_snapshot(paths.history).version,
+            )
         return report
     delta.inject_fault("overwrite_final:before_first_write")
     changes = _pending_changes(context, staging, pending).persist()

@@ -3,10 +3,13 @@
 Hypothesis draws small, hostile change streams over a few composite keys (duplicates, late and
 out-of-order changes, ties on the first sequence column broken by the second, fully equal
 sequences broken by arrival, partition moves, key-only deletes, re-inserts after deletes, lower
-case flags), spreads them over 2-4 hour folders that cross midnight, and applies the hours one
-by one in an order it also draws, rerunning one applied hour on the way. After every step the
-final Delta table must equal the pure-Python model (tests/property_model.py) over the hours
-applied so far, row for row, with no key twice; the rerun must change nothing.
+case flags), spreads them over 2-4 hour folders that cross midnight, lands each file before a
+run it also draws (so files land in hour folders whose runs are over: late arrivals), and runs
+the hours in an order it draws, rerunning one applied hour on the way. A run over an hour stages
+every landed file of that hour and the earlier ones (its late-arrival window) and applies every
+staged change: after every step the final Delta table must equal the pure-Python model
+(tests/property_model.py) over the files those runs have seen, row for row, with no key twice;
+a rerun stages only files landed since, and changes nothing when there are none.
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ from hypothesis import HealthCheck, event, example, given, settings
 from hypothesis import strategies as st
 
 from cdc_pipeline.paths import TablePaths
+from spark_jobs.common import StepReport
 from tests.helpers import Workspace, table_rows
 from tests.property_model import Landed, TableModel
 from tests.spark.steps import run
@@ -89,6 +93,11 @@ class Scenario:
     order: tuple[int, ...]
     rerun_after: int  # the step after which ...
     rerun_hour: int  # ... this already applied hour runs again
+    arrivals: tuple[tuple[tuple[int, str], int], ...] = ()  # file -> the step it lands before
+
+    def lands_before(self, file: tuple[int, str]) -> int:
+        """The step before which the file lands (0: before the first run)."""
+        return dict(self.arrivals).get(file, 0)
 
     def landed(self) -> list[Landed]:
         """Every row with its arrival; positions follow the order of `rows` within a file."""
@@ -165,7 +174,10 @@ def scenarios(draw: st.DrawFn, stable: bool = False) -> Scenario:
     order = tuple(draw(st.permutations(range(n_hours))))
     rerun_after = draw(st.integers(0, n_hours - 1))
     rerun_hour = draw(st.sampled_from(order[: rerun_after + 1]))
-    return Scenario(n_hours, tuple(rows), order, rerun_after, rerun_hour)
+    files = sorted({(hour, name) for hour, name, _ in rows})
+    steps = st.integers(0, n_hours - 1)
+    arrivals = tuple((file, draw(steps)) for file in files)
+    return Scenario(n_hours, tuple(rows), order, rerun_after, rerun_hour, arrivals)
 
 
 K1A, K1B, K2A = (1, "a"), (1, "b"), (2, "a")
@@ -292,45 +304,62 @@ def test_partition_stable_streams_match_the_model(spark, scenario: Scenario) -> 
 
 
 def check_against_model(spark: Any, scenario: Scenario, config: dict[str, Any]) -> None:
-    """Apply the scenario's hours in its order (with its rerun); compare after every step."""
+    """Land each file before its step, run the scenario's hours in its order (with its rerun);
+    compare after every run."""
     for feature in features(scenario):
         event(feature)
+    if any(step for _, step in scenario.arrivals):
+        event("file landed after a run of its hour or a later one")
     with fresh_workspace() as ws:
         table = ws.configure(config)[TABLE]
         paths = ws.paths(TABLE)
-        for (hour, name), rows in scenario.files().items():
-            ws.land(TABLE, hour_text(hour), name, rows, file_format="json")
-        landed = scenario.landed()
-        applied: list[int] = []
-        for step, hour in enumerate(scenario.order):
-            run(spark, ws, table, hour_text(hour), hour_text(hour + 1))
-            applied.append(hour)
-            so_far = [c for c in landed if c.batch in {hour_text(h) for h in applied}]
+        files = scenario.files()
+        landed_rows = scenario.landed()
+        landed: set[tuple[int, str]] = set()
+        seen: set[tuple[int, str]] = set()  # files a run has listed: staged and applied
+
+        def run_and_compare(hour: int, ran: list[int]) -> StepReport:
+            staged = {f for f in landed - seen if f[0] <= hour}
+            seen.update(staged)
+            report, _ = run(spark, ws, table, hour_text(hour), hour_text(hour + 1))
+            assert report.counts["new_files"] == len(staged)
+            so_far = [c for c in landed_rows if (hour_of(c.batch), c.file) in seen]
             expected = MODEL.final(so_far)
             actual = rows_of(paths.final, OUTPUT)
             keys = [row[:2] for row in actual]
+            where = f"after hours {[hour_text(h) for h in ran]}, files {sorted(seen)}"
             assert len(keys) == len(set(keys)), f"a key twice in final: {actual}"
             assert {row[:2]: row for row in actual} == expected, (
-                f"after hours {[hour_text(h) for h in applied]}: "
-                f"final {sorted(actual)} != model {sorted(expected.values())}"
+                f"{where}: final {sorted(actual)} != model {sorted(expected.values())}"
             )
             history = rows_of(paths.history, OUTPUT + VERSION)
             assert history == MODEL.history(so_far), (
-                f"after hours {[hour_text(h) for h in applied]}: history {history} != model "
-                f"{MODEL.history(so_far)}"
+                f"{where}: history {history} != model {MODEL.history(so_far)}"
             )
+            return report
+
+        ran: list[int] = []
+        for step, hour in enumerate(scenario.order):
+            for file, rows in files.items():
+                if scenario.lands_before(file) == step:
+                    ws.land(TABLE, hour_text(file[0]), file[1], rows, file_format="json")
+                    landed.add(file)
+            ran.append(hour)
+            run_and_compare(hour, ran)
             if step == scenario.rerun_after:
                 before = state(paths)
-                restage, _ = run(
-                    spark,
-                    ws,
-                    table,
-                    hour_text(scenario.rerun_hour),
-                    hour_text(scenario.rerun_hour + 1),
-                )
-                assert (restage.counts["new_files"], restage.counts["staged"]) == (0, 0)
-                assert state(paths) == before, (
-                    f"rerun of hour {scenario.rerun_hour} changed something"
-                )
+                new = {f for f in landed - seen if f[0] <= scenario.rerun_hour}
+                restage = run_and_compare(scenario.rerun_hour, [*ran, scenario.rerun_hour])
+                if not new:
+                    assert restage.counts["staged"] == 0
+                    assert state(paths) == before, (
+                        f"rerun of hour {scenario.rerun_hour} changed something"
+                    )
         # Nothing was quarantined: every drawn row is a valid change.
         assert rows_of(paths.quarantine, ["K1"]) == []
+
+
+def hour_of(batch: str) -> int:
+    """The scenario's hour index of a batch id."""
+    start = datetime.strptime(batch, "%Y-%m-%dT%H").replace(tzinfo=UTC)
+    return int((start - FIRST_HOUR).total_seconds() // 3600)
