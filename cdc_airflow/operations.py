@@ -126,7 +126,9 @@ class QuarantineCheck:
     notify: Sequence[str]
 
     def __call__(self, context: Any, result: Any = None) -> None:
-        """Warn (log + notifiers) or fail the task, with the most frequent reasons."""
+        """Warn (log + notifiers) or fail the task, with the most frequent reasons. Also alerts
+        when the stage found files landed outside the late-arrival window (never staged)."""
+        alert_outside_window(context, self.table, result, self.notify)
         finding = quarantine_finding(result if isinstance(result, dict) else None, self.limit)
         if not finding.exceeded:
             return
@@ -207,6 +209,33 @@ def alert_if_stale(context: Any, table: str, freshness: str, notify: Sequence[st
             task_id=getattr(ti, "task_id", "overwrite_final"),
             message=message,
             details=data.document(),
+        ),
+        notify,
+    )
+
+
+def alert_outside_window(context: Any, table: str, result: Any, notify: Sequence[str]) -> None:
+    """Alert when a stage counted files landed in hour folders older than its late-arrival
+    window: they are never staged by a scheduled run (the warning in the log names them and the
+    `cdc run` that applies them)."""
+    counts = (result or {}).get("counts") or {} if isinstance(result, dict) else {}
+    outside = int(counts.get("files_outside_window") or 0)
+    if not outside:
+        return
+    ti = context.get("ti")
+    send_alert(
+        Alert(
+            kind="files_outside_window",
+            table=table,
+            dag_id=str(getattr(ti, "dag_id", f"cdc_{table}")),
+            run_id=str(getattr(ti, "run_id", "")),
+            task_id=getattr(ti, "task_id", "stage"),
+            message=(
+                f"table {table}: {outside} file(s) landed in hour folders older than the "
+                f"late_arrival_window, not staged: `cdc status {table}`; the stage task's log "
+                "names them and the `cdc run` that applies them"
+            ),
+            details={"files_outside_window": outside},
         ),
         notify,
     )

@@ -283,6 +283,21 @@ def test_a_run_that_left_final_as_it_was_publishes_no_asset_event() -> None:
     assert events["asset"].extra["counts"] == {"partitions_rewritten": 1, "rows_written": 0}
 
 
+def test_files_outside_the_window_counted_by_a_stage_are_alerted(recorded: Path) -> None:
+    ti = SimpleNamespace(dag_id="cdc_t", run_id="r1", task_id="stage")
+    report = stage_report(4, 0, 0)
+    QuarantineCheck("t", 0.5, "warn", ["record"])({"ti": ti}, report)
+    assert records(recorded) == []
+    report["counts"]["files_outside_window"] = 2
+    QuarantineCheck("t", 0.5, "warn", ["record"])({"ti": ti}, report)
+    (alert,) = records(recorded)
+    assert (alert["kind"], alert["details"]) == (
+        "files_outside_window",
+        {"files_outside_window": 2},
+    )
+    assert alert["message"].startswith("table t: 2 file(s) landed in hour folders older than")
+
+
 def test_a_file_waiting_longer_than_freshness_sends_a_stale_data_alert(
     recorded: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
