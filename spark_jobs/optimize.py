@@ -82,13 +82,16 @@ def run_optimize(context: StepContext) -> StepReport:
         ("staging", paths.staging),
         ("quarantine", paths.quarantine),
         ("tombstones", paths.tombstones),
+        # Driver-side metadata appended by every run: a file and a commit each time.
+        ("ledger", paths.ledger),
+        ("applied", paths.applied),
     ]
     if table.history:
         others += [("history", paths.history), ("history_log", paths.history_log)]
     for name, path in others:
         before, after, _ = optimize_table(path)
         report.counts[f"{name}_files"] = f"{before}->{after}"
-    for path in (paths.final, paths.staging):
+    for path in (paths.final, paths.staging, paths.ledger, paths.applied):
         checkpoint(path)
     report.counts["final_version"] = delta.load_snapshot(paths.final).version
     return report

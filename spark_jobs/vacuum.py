@@ -33,6 +33,7 @@ def run_vacuum(context: StepContext, retention_hours: int | None, force: bool) -
         ("quarantine", paths.quarantine),
         ("tombstones", paths.tombstones),
         ("ledger", paths.ledger),
+        ("applied", paths.applied),
         ("history", paths.history),
         ("history_log", paths.history_log),
     ):
