@@ -386,13 +386,16 @@ def run_overwrite_final(context: StepContext, interval: Interval) -> StepReport:
     staging = delta.load_snapshot(paths.staging)
     batches = pending.batches
     if not pending.files or not staging.exists or not staging.files_in(batches):
+        # Pending versions whose rows are all gone from staging lost to later changes in a
+        # reset-staging: nothing of them is left to apply.
+        applied.mark_applied(paths, pending, delta.new_run_id(), None)
         final = delta.load_snapshot(paths.final)
         report.counts.update(
             changes=0,
             keys=0,
             partitions_rewritten=0,
             rows_written=0,
-            files_applied=0,
+            files_applied=len(pending.files),
             final_version=final.version,
         )
         if table.history:

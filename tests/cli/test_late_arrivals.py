@@ -154,15 +154,19 @@ def test_late_files_staged_then_reset_and_optimized_are_applied_once(
             change("U", 2, 3, "00:55:00"),
         ],
     )
+    # Older than what final holds: the reset drops it, and nothing of it is left to apply.
+    workspace.land("t", "2024-01-01T00", "older.csv", [change("U", 1, 7, "00:01:00")])
     staged = summary(cdc(workspace, "stage", "t", *window("01:00", "02:00")))
-    assert staged["staged"] == "3"
+    assert staged["staged"] == "4"
     for step in ("reset-staging", "optimize"):
         result = cdc(workspace, step, "t")
         assert result.returncode == 0, result.stderr
     # Staged before the reset, applied after it: the reset kept the changes final lacked.
     applied = summary(cdc(workspace, "overwrite-final", "t", *window("01:00", "02:00")))
-    assert applied["files_applied"] == "1"
+    assert applied["files_applied"] == "2"
     assert final(workspace) == [(1, 2), (2, 3)]
+    status = summary(cdc(workspace, "status", "t", "--at", "2024-01-01T02:00:00Z"))
+    assert (status["files_waiting"], status["files_applied"]) == ("0", "3")
     again = summary(cdc(workspace, "overwrite-final", "t", *window("02:00", "03:00")))
     assert (again["files_applied"], again["changes"]) == ("0", "0")
     check = cdc(workspace, "check", "t")
