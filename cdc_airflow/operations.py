@@ -7,6 +7,7 @@ left alone: all of it is keyword arguments of the operator and of the DAG.
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import partial
@@ -38,11 +39,24 @@ def table_asset(table: str) -> Asset:
     return Asset(table_asset_uri(table))
 
 
+TABLE_POOLS_ENV = "CDC_TABLE_POOLS"
+
+
+def table_pools_enabled() -> bool:
+    """Whether the deployment created one pool per table (`CDC_TABLE_POOLS=1`)."""
+    return os.environ.get(TABLE_POOLS_ENV, "").strip().lower() in ("1", "true", "yes")
+
+
 def task_arguments(plan: DagPlan, task: TaskPlan) -> dict[str, Any]:
     """The operator keyword arguments of a task's operations settings (none is Spark-specific)."""
     arguments: dict[str, Any] = {
         "execution_timeout": task.execution_timeout,
-        "pool": task.pool,
+        # The table's pool only where the deployment created the pools (CDC_TABLE_POOLS=1): a
+        # task in a pool that does not exist is never scheduled, and nothing says so but the
+        # scheduler log. Without it each task still runs one at a time across the table's runs
+        # (max_active_tis_per_dag=1), and a maintenance step racing another run's rewrite is
+        # caught at commit (exclusive rewrites, optimize's own conflict check) and recomputed.
+        "pool": task.pool if table_pools_enabled() else None,
         "outlets": [Asset(uri) for uri in task.outlets],
         "pre_execute": FillRunInterval(cron_of(plan.schedule)),
     }

@@ -100,8 +100,14 @@ def test_the_parsed_dag_has_timeouts_pools_asset_callbacks_and_deadline(
         assert isinstance(notifier, CdcNotifier)
         assert (notifier.table, notifier.names) == ("t", ["ops_email", "audit"])
         assert isinstance(task._pre_execute_hook, FillRunInterval)
-    assert dag.get_task("stage").pool == "default_pool"
-    assert dag.get_task("optimize").pool == "cdc_t"
+    # An Airflow nobody prepared has no table pools: every task is in default_pool, and each
+    # task of the table runs one at a time across its runs.
+    assert {task.pool for task in dag.tasks} == {"default_pool"}
+    assert {task.max_active_tis_per_dag for task in dag.tasks} == {1}
+    monkeypatch.setenv("CDC_TABLE_POOLS", "1")  # the deployment created one pool per table
+    pooled = dag_of(tmp_path, monkeypatch, {**ROW, **OPS})
+    assert pooled.get_task("stage").pool == "default_pool"
+    assert pooled.get_task("optimize").pool == "cdc_t"
     assert dag.get_task("overwrite_final").outlets == [Asset("x-cdc://t/final")]
     check = dag.get_task("stage")._post_execute_hook
     assert check == QuarantineCheck("t", 0.1, "fail", ("ops_email", "audit"))
