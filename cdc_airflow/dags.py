@@ -23,7 +23,7 @@ from airflow.sdk.exceptions import AirflowException, AirflowFailException, Airfl
 from cdc_airflow.connect_server import connect_address
 from cdc_airflow.operations import dag_arguments, task_arguments
 from cdc_pipeline.config import ConfigLoadResult, default_config_path, load_table_configs
-from cdc_pipeline.errors import ConfigError, UsageError
+from cdc_pipeline.errors import ConfigError, TableDamagedError, UsageError
 from cdc_pipeline.planning import DagPlan, TaskPlan, cron_of, is_due, plan_table_dag
 
 log = logging.getLogger(__name__)
@@ -177,13 +177,17 @@ class CdcStepOperator(SparkSubmitOperator, SkipMixin):
             return self.execute_connect_main(url)
         config = Path(self.config_path) if self.config_path else None
         args = parse_step_args(step, self.application_args or [], config)
-        noop = self.noop_report(step, args)
+        try:
+            noop = self.noop_report(step, args)
+        except TableDamagedError as error:
+            raise AirflowFailException(f"{step.name} {args.table}: {error}") from error
         if noop is not None:
             return noop
         factory = self.connect_session_factory(url) if step.needs_spark else None
         try:
             report = perform(args, step.name, load_body(step), factory)
-        except (ConfigError, UsageError) as error:
+        except (ConfigError, UsageError, TableDamagedError) as error:
+            # Permanent: a retry would fail the same way (AirflowFailException skips retries).
             raise AirflowFailException(f"{step.name} {args.table}: {error}") from error
         except BaseException:
             # A timeout or kill raised inside a Spark call: the server may still be running it.

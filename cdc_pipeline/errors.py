@@ -19,3 +19,8 @@ class ConcurrentWriteError(CdcError):
 
 class UsageError(CdcError):
     """A command line argument is not valid."""
+
+
+class TableDamagedError(CdcError):
+    """A Delta table's log cannot be read (a corrupt or truncated commit): permanent, no retry
+    helps; the message names the table's path and the fix."""

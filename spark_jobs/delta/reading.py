@@ -12,11 +12,13 @@ from urllib.parse import unquote
 
 import pyarrow as pa
 from deltalake import DeltaTable, Schema
-from deltalake.exceptions import CommitFailedError, TableNotFoundError
+from deltalake.exceptions import CommitFailedError, DeltaError, TableNotFoundError
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import StringType, StructField, StructType
+
+from cdc_pipeline.errors import TableDamagedError
 
 FILE_NAME_COLUMN = "_cdc_file_name"
 
@@ -80,11 +82,28 @@ def spark_schema_of(table: DeltaTable) -> StructType:
     return StructType.fromJson(json.loads(table.schema().to_json()))
 
 
+def open_table(path: Path) -> DeltaTable | None:
+    """The Delta table at `path` (None when there is none).
+
+    Raises TableDamagedError naming the path when its log cannot be read: a corrupt or truncated
+    commit file fails every run the same way, so it must not look like a passing glitch.
+    """
+    try:
+        return DeltaTable(str(path))
+    except TableNotFoundError:
+        return None
+    except DeltaError as error:
+        cause = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+        raise TableDamagedError(
+            f"the Delta table {path} cannot be read ({cause}): its log (_delta_log) is damaged; "
+            "restore the damaged commit file from a backup (retrying does not help)"
+        ) from error
+
+
 def load_snapshot(path: Path) -> Snapshot:
     """The latest version of the table at `path`, or an empty Snapshot when there is none."""
-    try:
-        table = DeltaTable(str(path))
-    except TableNotFoundError:
+    table = open_table(path)
+    if table is None:
         return Snapshot(path, None, -1, None, [])
     partition_columns = list(table.metadata().partition_columns)
     actions = pa.table(table.get_add_actions(flatten=True)).to_pylist()
@@ -239,8 +258,7 @@ def partition_value_string(value: Any) -> str | None:
 
 def arrow_table_rows(path: Path, columns: list[str] | None = None) -> list[dict[str, Any]]:
     """Rows of a small metadata table (the ledger) read by delta-rs on the driver."""
-    try:
-        table = DeltaTable(str(path))
-    except TableNotFoundError:
+    table = open_table(path)
+    if table is None:
         return []
     return pa.table(table.to_pyarrow_table(columns=columns)).to_pylist()

@@ -144,3 +144,18 @@ def test_as_of_prints_and_writes_the_table_at_a_time(workspace: Workspace) -> No
     bad = cdc(workspace, "as-of", "t", "--at", "yesterday")
     assert bad.returncode == 2
     assert bad.stderr.strip().splitlines()[-1].startswith("error: as-of: --at 'yesterday'")
+
+
+def test_a_damaged_delta_log_fails_with_one_line_naming_the_table(workspace: Workspace) -> None:
+    workspace.configure(TABLE)
+    workspace.land(
+        "t", "2024-01-01T00", "a.csv", [{"FLAG": "I", "ID": 1, "VALUE": 1, "TS": "2024-01-01"}]
+    )
+    staging = workspace.paths("t").staging
+    (staging / "_delta_log").mkdir(parents=True)
+    (staging / "_delta_log" / "00000000000000000000.json").write_text('{"commitInfo": {')
+    result = cdc(workspace, "run", "t", "--start", "2024-01-01", "--end", "2024-01-01T01:00:00Z")
+    assert result.returncode == 1
+    line = result.stderr.strip().splitlines()[-1]  # after the JVM's own start-up warning
+    assert line.startswith(f"error: run t: the Delta table {staging} cannot be read (")
+    assert "its log (_delta_log) is damaged" in line

@@ -92,6 +92,20 @@ def test_a_server_that_is_down_is_a_retryable_error_naming_connection_and_url(
     assert f"connection 'spark_default' at {dead_server} is not reachable" in message
 
 
+def test_a_damaged_delta_log_fails_once_naming_the_table_without_retries(
+    workspace: Workspace, dead_server: str
+) -> None:
+    workspace.land("t", "2024-01-01T00", "a.csv", [{"FLAG": "I", "ID": 1, "TS": "2024-01-01"}])
+    ledger = workspace.paths("t").ledger
+    (ledger / "_delta_log").mkdir(parents=True)
+    (ledger / "_delta_log" / "00000000000000000000.json").write_text('{"commitInfo": {')
+    with pytest.raises(AirflowFailException) as raised:
+        operator(workspace).execute(context())
+    message = str(raised.value)
+    assert message.startswith(f"stage t: the Delta table {ledger} cannot be read (")
+    assert "its log (_delta_log) is damaged; restore the damaged commit file" in message
+
+
 def test_on_kill_interrupts_the_tasks_spark_work_on_the_server(
     workspace: Workspace, connect_server: Any
 ) -> None:
