@@ -95,6 +95,7 @@ class TableStatus:
     last_vacuum: str | None = None
     last_reset: str | None = None
     check: CheckResult | None = None
+    problem: str | None = None  # what of the table could not be read (its row still shows)
 
     @property
     def quarantine_growth(self) -> int | None:
@@ -124,6 +125,7 @@ class TableStatus:
             "last_optimize": self.last_optimize,
             "last_vacuum": self.last_vacuum,
             "last_reset": self.last_reset,
+            "problem": self.problem,
             "check": None
             if self.check is None
             else {
@@ -374,10 +376,21 @@ def table_status(
     except Exception:  # a broken table still gets its row, measured by its runs
         log.exception("table %s: freshness by data unreadable", table.name)
         freshness = freshness_of(table, last_end, now)
+    problems: list[str] = []
+
+    def opened(path: Path) -> Any:
+        # One damaged table is this row's problem, never the page's.
+        try:
+            return _table(path)
+        except Exception as error:
+            text = str(error).strip().splitlines()[0] if str(error).strip() else ""
+            problems.append(f"{path.name} unreadable: {type(error).__name__}: {text}")
+            return None
+
     final, staging, quarantine = (
-        _table(paths.final),
-        _table(paths.staging),
-        _table(paths.quarantine),
+        opened(paths.final),
+        opened(paths.staging),
+        opened(paths.quarantine),
     )
     return TableStatus(
         name=table.name,
@@ -397,6 +410,7 @@ def table_status(
         last_vacuum=_last(final, lambda e: e.get("operation") == "VACUUM END"),
         last_reset=_last(staging, lambda e: e.get("cdc_step") == "reset_staging"),
         check=read_check(paths.table_root),
+        problem="; ".join(problems) or None,
     )
 
 
@@ -413,4 +427,25 @@ def all_table_status(
         if readable is None or t.dag_id in readable
     ]
     runs = recent_runs([t.dag_id for t in tables]) if with_airflow else {}
-    return [table_status(t, runs.get(t.dag_id, []), now) for t in tables]
+    return [_table_status_or_problem(t, runs.get(t.dag_id, []), now) for t in tables]
+
+
+def _table_status_or_problem(
+    table: TableConfig, runs: Sequence[RunPoint], now: datetime | None
+) -> TableStatus:
+    """The table's row; when reading it fails, a row that says why (the others still show)."""
+    try:
+        return table_status(table, runs, now)
+    except Exception as error:
+        log.exception("table %s: status unreadable", table.name)
+        text = str(error).strip().splitlines()[0] if str(error).strip() else ""
+        return TableStatus(
+            name=table.name,
+            dag_id=table.dag_id,
+            freshness_limit=getattr(table, "freshness", None),
+            freshness=Freshness(None, None, None, False),
+            last_success_interval=None,
+            last_run=None,
+            runs=list(runs),
+            problem=f"unreadable: {type(error).__name__}: {text}",
+        )

@@ -268,6 +268,7 @@ def render_row(status: TableStatus, root: str) -> str:
         f'<td><a href="{dag}" target="_top">{name}</a><br>'
         f'<a class="muted" href="{dag}/runs" target="_top">runs</a>'
         + (f' <span class="bad">{failed} failed</span>' if failed else "")
+        + (f'<br><span class="bad">{_text(status.problem)}</span>' if status.problem else "")
         + "</td>",
         f'<td class="{behind_class}" data-hours="{_text(status.freshness.hours_behind)}">{behind}</td>',
         f"<td>{_text(status.last_success_interval)}{last_link}</td>",

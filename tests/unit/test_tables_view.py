@@ -244,6 +244,22 @@ def test_the_page_shows_only_readable_tables_with_relative_links(client: TestCli
     assert [t["name"] for t in data] == ["alpha"]
 
 
+def test_a_table_with_a_damaged_log_gets_its_row_and_the_others_still_show(
+    client: TestClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(view, "readable_dag_ids", lambda *_: {"cdc_alpha", "cdc_beta"})
+    login(SimpleAuthManagerUser(username="v", role="viewer"))
+    staging = TablePaths.for_table("alpha").staging / "_delta_log"
+    staging.mkdir(parents=True)
+    (staging / "00000000000000000000.json").write_text('{"commitInfo": {')
+    response = client.get(f"{PAGE}")
+    assert response.status_code == 200
+    page = response.text
+    assert 'id="table-alpha"' in page and 'id="table-beta"' in page
+    row = page[page.index('id="table-alpha"') : page.index('id="table-beta"')]
+    assert "staging unreadable: DeltaError: Kernel error: Json error" in row
+
+
 def test_a_user_without_a_role_sees_no_table(client: TestClient) -> None:
     login(SimpleAuthManagerUser(username="n", role=None))
     assert "No table you may read." in client.get(f"{PAGE}").text
