@@ -73,6 +73,7 @@ class CycleSpec:
     changes: int = 300
     modes: tuple[Mode, ...] = ("connect", "spark-submit")
     parallelism: int | None = None  # Airflow core parallelism; None: LocalAirflow's
+    every: int = 60  # the tables' schedule in minutes: 60 (@hourly) or 15 (*/15 * * * *)
     output: Path = Path("bench-results/cycle")
     seed: int = 42
     timeout: float = 3600.0
@@ -91,6 +92,18 @@ class CycleSpec:
             raise ValueError(f"--changes must be at least 2, not {self.changes}")
         if self.parallelism is not None and self.parallelism < 1:
             raise ValueError(f"--parallelism must be at least 1, not {self.parallelism}")
+        if self.every not in (15, 60):
+            raise ValueError(f"--every must be 60 (hourly) or 15 (minutes), not {self.every}")
+
+    @property
+    def schedule(self) -> str:
+        """The tables' schedule: 15-minute runs read the hourly folders' new files."""
+        return "@hourly" if self.every == 60 else f"*/{self.every} * * * *"
+
+    @property
+    def period(self) -> timedelta:
+        """One data interval."""
+        return timedelta(minutes=self.every)
 
 
 # ---------------------------------------------------------------- change sets and expectations
@@ -125,10 +138,11 @@ class BenchTable:
             return [*UPSERT_COLUMNS, "REGION_UP"]
         return list(UPSERT_COLUMNS)
 
-    def config_row(self, conn_id: str) -> dict[str, Any]:
-        """The table's row of the config table (maintenance never due: an hourly cycle)."""
+    def config_row(self, conn_id: str, schedule: str = "@hourly") -> dict[str, Any]:
+        """The table's row of the config table (maintenance never due: one cycle)."""
         row: dict[str, Any] = {
             "name": self.name,
+            "schedule": schedule,
             "file_format": self.file_format,
             "columns": dict(EVENT_COLUMNS if self.kind == "insert_only" else UPSERT_COLUMNS),
             "keys": ["ID"],
@@ -527,17 +541,19 @@ def wait_for_dags(local: LocalAirflow, dag_ids: list[str], timeout: float = 300)
     return dates.pop()
 
 
-def wait_clear_of_hour_boundary(margin: float = 120) -> None:
-    """Sleep past the next full hour when it is less than `margin` seconds away.
+def wait_clear_of_hour_boundary(margin: float = 120, every: int = 60) -> None:
+    """Sleep past the next interval boundary (every `every` minutes from the full hour) when it
+    is less than `margin` seconds away.
 
-    The cycle's interval is the latest complete hour: if the hour turned between reading it
-    and the scheduler creating the runs, the runs would cover an hour without data.
+    The cycle's interval is the latest complete one: if it ended between reading it and the
+    scheduler creating the runs, the runs would cover an interval without data.
     """
     now = datetime.now(UTC)
-    next_hour = now.replace(minute=0, second=0, microsecond=0) + timedelta(hours=1)
-    if (next_hour - now).total_seconds() < margin:
-        pause = (next_hour - now).total_seconds() + 15
-        print(f"bench-cycle: waiting {pause:.0f} s for the hour to turn", flush=True)
+    start = now.replace(minute=now.minute - now.minute % every, second=0, microsecond=0)
+    boundary = start + timedelta(minutes=every)
+    if (boundary - now).total_seconds() < margin:
+        pause = (boundary - now).total_seconds() + 15
+        print(f"bench-cycle: waiting {pause:.0f} s for the interval to turn", flush=True)
         time.sleep(pause)
 
 
@@ -553,7 +569,9 @@ def run_mode(spec: CycleSpec, mode: Mode, workdir: Path) -> dict[str, Any]:
         # The config rows depend on the kinds only; the rows come once the hour is known.
         names = [BenchTable(i, KINDS[i % len(KINDS)], ()) for i in range(spec.tables)]
         config.write_text(
-            yaml.safe_dump({"tables": [t.config_row(CONN_ID) for t in names]}, sort_keys=False)
+            yaml.safe_dump(
+                {"tables": [t.config_row(CONN_ID, spec.schedule) for t in names]}, sort_keys=False
+            )
         )
         local = BenchAirflow(
             workdir / "airflow_home",
@@ -567,7 +585,7 @@ def run_mode(spec: CycleSpec, mode: Mode, workdir: Path) -> dict[str, Any]:
         )
         db = MetadataDB(local.home / "airflow.db")
         dag_ids = [t.dag_id for t in names]
-        wait_clear_of_hour_boundary()
+        wait_clear_of_hour_boundary(every=spec.every)
         print(f"bench-cycle [{mode}]: starting Airflow on {local.url}", flush=True)
         local.migrate()
         try:
@@ -580,8 +598,8 @@ def run_mode(spec: CycleSpec, mode: Mode, workdir: Path) -> dict[str, Any]:
                 write_landing(table, landing, hour)
             setup_seconds = time.monotonic() - setup_started
             print(
-                f"bench-cycle [{mode}]: {spec.tables} tables x {spec.changes} changes landed for "
-                f"[{hour.isoformat()}, +1h); unpausing every DAG",
+                f"bench-cycle [{mode}]: {spec.tables} tables x {spec.changes} changes landed in "
+                f"the hour folder of [{hour.isoformat()}, +{spec.every}m); unpausing every DAG",
                 flush=True,
             )
             unpause_all(local, db, dag_ids)
@@ -593,7 +611,7 @@ def run_mode(spec: CycleSpec, mode: Mode, workdir: Path) -> dict[str, Any]:
                 label=f"bench-cycle [{mode}]",
                 timeout=spec.timeout,
                 every=spec.progress_every,
-                on_poll=_hour_guard(local, db, dag_ids, hour),
+                on_poll=_hour_guard(local, db, dag_ids, hour, spec.every),
             )
             tasks = [t for t in db.task_instances(dag_ids) if t.run_id in {r.run_id for r in runs}]
             executes = {
@@ -615,6 +633,7 @@ def run_mode(spec: CycleSpec, mode: Mode, workdir: Path) -> dict[str, Any]:
         "kinds": {k: sum(1 for t in tables if t.kind == k) for k in KINDS},
         "parallelism": local.launcher_parallelism,
         "interval_start": hour.isoformat(),
+        "schedule": spec.schedule,
         **figures,
         "setup_seconds": _round(setup_seconds),
         "runs_succeeded": sum(1 for r in runs if r.state == "success"),
@@ -656,7 +675,7 @@ def unpause_all(local: BenchAirflow, db: MetadataDB, dag_ids: list[str]) -> None
 
 
 def _hour_guard(
-    local: BenchAirflow, db: MetadataDB, dag_ids: list[str], hour: datetime
+    local: BenchAirflow, db: MetadataDB, dag_ids: list[str], hour: datetime, every: int = 60
 ) -> Callable[[list[RunRow]], None]:
     """A poll hook: fail when the scheduler ran another hour instead; pause each DAG whose cycle
     run finished, so that the next hour's run, due when the clock passes the hour, does not
@@ -668,8 +687,9 @@ def _hour_guard(
         others = [r for r in db.runs(dag_ids) if r.interval_start != hour and r.dag_id not in have]
         if others:
             raise BenchCycleError(
-                f"{others[0].dag_id}: the scheduler ran [{others[0].interval_start}, +1h) instead "
-                f"of [{hour.isoformat()}, +1h) (the hour turned during set-up): run again"
+                f"{others[0].dag_id}: the scheduler ran [{others[0].interval_start}, +{every}m) "
+                f"instead of [{hour.isoformat()}, +{every}m) (the interval turned during set-up): "
+                "run again"
             )
         for run in runs:
             if run.state in ("success", "failed") and run.dag_id not in paused:

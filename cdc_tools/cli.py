@@ -87,6 +87,14 @@ def build_parser() -> argparse.ArgumentParser:
         "--parallelism", type=int, default=None, help="Airflow core parallelism (the launcher's)"
     )
     cycle.add_argument(
+        "--every",
+        type=int,
+        choices=[15, 60],
+        default=None,
+        help="the tables' schedule in minutes: 60 (@hourly, default) or 15 (*/15: sub-hourly "
+        "runs over the hourly folders)",
+    )
+    cycle.add_argument(
         "--output", type=Path, default=None, help="results folder (bench-results/cycle)"
     )
     cycle.add_argument(
@@ -294,6 +302,7 @@ def run_bench_cycle_command(namespace: argparse.Namespace) -> int:
             ("tables", namespace.tables),
             ("changes", namespace.changes),
             ("parallelism", namespace.parallelism),
+            ("every", namespace.every),
         )
         if value is not None
     }
