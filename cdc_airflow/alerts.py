@@ -29,7 +29,7 @@ from importlib.metadata import entry_points
 from pathlib import Path
 from typing import Any
 
-from airflow.sdk.bases.notifier import BaseNotifier
+from airflow.sdk import BaseNotifier
 
 log = logging.getLogger(__name__)
 REGISTRY_VARIABLE = "cdc_notifiers"

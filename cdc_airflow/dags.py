@@ -16,8 +16,14 @@ from typing import Any
 
 from airflow.providers.apache.spark.hooks.spark_connect import SparkConnectHook
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
-from airflow.sdk import DAG, BaseHook, CronDataIntervalTimetable, Param, get_parsing_context
-from airflow.sdk.bases.skipmixin import SkipMixin
+from airflow.sdk import (
+    DAG,
+    BaseHook,
+    CronDataIntervalTimetable,
+    Param,
+    SkipMixin,
+    get_parsing_context,
+)
 from airflow.sdk.exceptions import AirflowException, AirflowFailException, AirflowSkipException
 
 from cdc_airflow.connect_server import connect_address
