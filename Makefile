@@ -20,10 +20,14 @@ system:
 	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; \
 	fi
 
-$(STAMP): pyproject.toml | system
+# Every package the image also has is installed at the image's pinned version (docker/constraints.txt,
+# python-dateutil aside: see its header), so a fresh machine gets the versions the tests ran on,
+# not whatever the index published since.
+$(STAMP): pyproject.toml docker/constraints.txt | system
 	@test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	grep -v '^python-dateutil==' docker/constraints.txt > $(VENV)/constraints.txt
+	$(BIN)/python -m pip install --quiet --constraint $(VENV)/constraints.txt -e '.[dev]'
 	$(BIN)/python -m pip check
 	@touch $(STAMP)
 

@@ -7,6 +7,7 @@ import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from cdc_pipeline.config import load_table_configs
 from cdc_pipeline.intervals import parse_timestamp
@@ -42,6 +43,33 @@ def build_parser() -> argparse.ArgumentParser:
             add_step_arguments(
                 commands.add_parser("run", help="stage + overwrite-final"), "interval"
             )
+    _add_bench_commands(commands)
+    status = commands.add_parser(
+        "status",
+        help="per table: newest applied change, files waiting (landed, not applied), oldest waiting",
+    )
+    status.add_argument("--config", type=Path, default=argparse.SUPPRESS)
+    status.add_argument("tables", nargs="*", help="table names (default: every table)")
+    status.add_argument(
+        "--at", default=None, help="measure as of this time, ISO 8601 (default: now)"
+    )
+    demo = commands.add_parser("demo", help="generate sample change sets and apply them")
+    demo.add_argument("--config", type=Path, default=argparse.SUPPRESS)
+    demo.add_argument(
+        "--start", default="2024-01-01T00:00:00Z", help="first hour of the sample data"
+    )
+    demo.add_argument("--hours", type=int, default=3, help="hours of sample data (one run each)")
+    demo.add_argument("--keys", type=int, default=2000, help="order lines loaded in the first hour")
+    demo.add_argument(
+        "--without-airflow",
+        action="store_true",
+        help="apply the runs in this process instead of an Airflow backfill",
+    )
+    return parser
+
+
+def _add_bench_commands(commands: Any) -> None:
+    """`cdc bench` and `cdc bench-cycle` with their options."""
     bench = commands.add_parser(
         "bench", help="overwrite-final vs a full rebuild vs a delta-rs MERGE, timed side by side"
     )
@@ -100,28 +128,6 @@ def build_parser() -> argparse.ArgumentParser:
     cycle.add_argument(
         "--smoke", action="store_true", help="3 tables, 30 changes, one mode (Connect if available)"
     )
-    status = commands.add_parser(
-        "status",
-        help="per table: newest applied change, files waiting (landed, not applied), oldest waiting",
-    )
-    status.add_argument("--config", type=Path, default=argparse.SUPPRESS)
-    status.add_argument("tables", nargs="*", help="table names (default: every table)")
-    status.add_argument(
-        "--at", default=None, help="measure as of this time, ISO 8601 (default: now)"
-    )
-    demo = commands.add_parser("demo", help="generate sample change sets and apply them")
-    demo.add_argument("--config", type=Path, default=argparse.SUPPRESS)
-    demo.add_argument(
-        "--start", default="2024-01-01T00:00:00Z", help="first hour of the sample data"
-    )
-    demo.add_argument("--hours", type=int, default=3, help="hours of sample data (one run each)")
-    demo.add_argument("--keys", type=int, default=2000, help="order lines loaded in the first hour")
-    demo.add_argument(
-        "--without-airflow",
-        action="store_true",
-        help="apply the runs in this process instead of an Airflow backfill",
-    )
-    return parser
 
 
 def validate(config: Path | None) -> int:

@@ -164,12 +164,14 @@ def check_every_version(workspace: Workspace, name: str, changes: list[Change]) 
 def test_every_committed_version_is_consistent(workspace: Workspace) -> None:
     workspace.configure(*TABLES.values())
     landed = {name: land(workspace, name, seed) for seed, name in enumerate(TABLES)}
-    # Round 1: hours out of order and at the same time; b's run covers two hours.
+    # Every hour has landed: a run applies its own hour and every earlier one not applied yet
+    # (its late-arrival window), so b's hours are run in order to give it one version each.
+    # Round 1: hours out of order and at the same time.
     together(
         workspace,
         ["run", "a", *interval(1)],
         ["run", "a", *interval(0)],
-        ["run", "b", *interval(2, 4)],
+        ["run", "b", *interval(0)],
     )
     # Round 2: the rest in reverse order, with an optimize racing the runs.
     together(
@@ -177,16 +179,18 @@ def test_every_committed_version_is_consistent(workspace: Workspace) -> None:
         ["run", "a", *interval(3)],
         ["run", "a", *interval(2)],
         ["optimize", "a"],
-        ["run", "b", *interval(0, 2)],
+        ["run", "b", *interval(1)],
     )
     # Round 3: a rerun of applied hours with staging resets and a vacuum (the default retention:
-    # a shorter one would delete files of the older versions checked below).
+    # a shorter one would delete files of the older versions checked below); b's last two
+    # hours race its staging reset.
     together(
         workspace,
         ["run", "a", *interval(0, 2)],
         ["reset-staging", "a"],
         ["vacuum", "a"],
         ["reset-staging", "b"],
+        ["run", "b", *interval(2, 4)],
     )
     totals: dict[str, int] = {}
     for name, changes in landed.items():
@@ -204,7 +208,9 @@ def test_every_committed_version_is_consistent(workspace: Workspace) -> None:
     assert [line.split(":")[0] for line in lines] == ["check a", "check b"]
     assert all(": ok keys=" in line for line in lines), lines
     print("\n".join(lines))
-    assert totals["a/final"] >= 5 and totals["a/history"] >= 4 and totals["b/final"] >= 3
+    # a's concurrent runs share their hours' changes (how they split them varies): at least
+    # its creation and one commit per round with new hours.
+    assert totals["a/final"] >= 3 and totals["a/history"] >= 3 and totals["b/final"] >= 4
 
 
 def test_check_exits_1_on_a_breach_and_2_on_a_bad_table(workspace: Workspace) -> None:
