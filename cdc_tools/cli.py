@@ -3,12 +3,17 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
+import io
+import json
 import os
 import sys
 from collections.abc import Sequence
+from importlib import metadata
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
+from cdc_pipeline import summaries
 from cdc_pipeline.config import load_table_configs
 from cdc_pipeline.intervals import parse_timestamp
 from cdc_pipeline.steps import STEPS, step_named
@@ -26,6 +31,12 @@ def build_parser() -> argparse.ArgumentParser:
         type=Path,
         default=None,
         help="config table (default: $CDC_CONFIG or config/tables.yaml)",
+    )
+    parser.add_argument(
+        "--version", action="version", version=f"cdc {metadata.version('cdc-lakehouse')}"
+    )
+    parser.add_argument(
+        "--json", action="store_true", help="print the summary as one JSON object on stdout"
     )
     commands = parser.add_subparsers(dest="command", required=True)
     validate = commands.add_parser("validate", help="check every row of the config table")
@@ -65,6 +76,13 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="apply the runs in this process instead of an Airflow backfill",
     )
+    for command in commands.choices.values():
+        command.add_argument(
+            "--json",
+            action="store_true",
+            default=argparse.SUPPRESS,
+            help="print the summary as one JSON object on stdout",
+        )
     return parser
 
 
@@ -133,6 +151,14 @@ def _add_bench_commands(commands: Any) -> None:
 def validate(config: Path | None) -> int:
     """Print one line per problem of the config table; exit 2 (a bad config) when there is any."""
     result = load_table_configs(config)
+    summaries.record("tables", sorted(result.tables))
+    summaries.record(
+        "problems",
+        [
+            {"table": p.table, "field": p.field, "message": p.message, "line": p.line}
+            for p in result.problems
+        ],
+    )
     for problem in result.problems:
         print(problem)
     if result.problems:
@@ -203,8 +229,12 @@ def run_status_command(namespace: argparse.Namespace) -> int:
     for problem in loaded.problems if not namespace.tables else []:
         print(f"warning: status: skipped: {problem}", file=sys.stderr, flush=True)
     now = parse_timestamp(namespace.at) if namespace.at else None
+    documents = []
     for table in tables:
-        print(data_freshness(table, TablePaths.for_table(table.name), now).line(), flush=True)
+        freshness = data_freshness(table, TablePaths.for_table(table.name), now)
+        documents.append(freshness.document())
+        print(freshness.line(), flush=True)
+    summaries.record("tables", documents)
     return 0
 
 
@@ -335,6 +365,57 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of `cdc`."""
     parser = build_parser()
     namespace = parser.parse_args(argv)
+    if namespace.json:
+        return run_as_json(namespace)
+    return dispatch(namespace)
+
+
+class _Tee(io.TextIOBase):
+    """stderr as it is, and its lines kept (the failure's one line goes into the JSON too)."""
+
+    def __init__(self, target: TextIO) -> None:
+        self.target = target
+        self.lines: list[str] = []
+        self.partial = ""
+
+    def write(self, text: str) -> int:
+        self.target.write(text)
+        self.partial += text
+        *done, self.partial = self.partial.split("\n")
+        self.lines += done
+        return len(text)
+
+    def flush(self) -> None:
+        self.target.flush()
+
+
+def run_as_json(namespace: argparse.Namespace) -> int:
+    """Run the command with its stdout captured; print its summary as one JSON object instead.
+
+    The object always has `command`, `ok` and `exit_code`; a step adds `summary` (step, table,
+    interval, counts, line), `check` and `status` add `tables`, `validate` adds `tables` and
+    `problems`, a failure adds `error` (its one line); `output` holds the lines the command
+    would have printed (the rows of `as-of`, the lines of `demo` and `bench`)."""
+    captured = io.StringIO()
+    errors = _Tee(sys.stderr)
+    summaries.take()
+    with contextlib.redirect_stdout(captured), contextlib.redirect_stderr(errors):
+        try:
+            code = dispatch(namespace)
+        except SystemExit as stop:
+            code = stop.code if isinstance(stop.code, int) else 1
+    document: dict[str, Any] = {"command": namespace.command, "ok": code == 0, "exit_code": code}
+    document.update(summaries.take())
+    failure = [line for line in errors.lines if line.startswith("error: ")]
+    if code != 0 and failure:
+        document["error"] = failure[-1][len("error: ") :]
+    document["output"] = captured.getvalue().splitlines()
+    print(json.dumps(document, default=str), flush=True)
+    return code
+
+
+def dispatch(namespace: argparse.Namespace) -> int:
+    """Run the parsed command; its exit code."""
     if namespace.command == "validate":
         code = validate(namespace.config)
     elif namespace.command == "check":

@@ -32,6 +32,7 @@ from typing import Any
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
+from cdc_pipeline import summaries
 from cdc_pipeline.config import TableConfig, load_table_configs
 from cdc_pipeline.errors import ConfigError
 from cdc_pipeline.paths import TablePaths
@@ -392,6 +393,7 @@ def execute_check(config: Path | None, names: Sequence[str]) -> int:
         return 1
     for result in results:
         print(result.line(), flush=True)
+    summaries.record("tables", [{"table": r.table, **r.document()} for r in results])
     counts: dict[str, Any] = {
         "tables": len(results),
         "breached": sum(not r.ok for r in results),

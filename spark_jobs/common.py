@@ -12,6 +12,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from cdc_pipeline import summaries
 from cdc_pipeline.config import TableConfig, load_table_configs
 from cdc_pipeline.errors import CdcError, ConfigError, UsageError
 from cdc_pipeline.intervals import Interval
@@ -153,6 +154,7 @@ def execute(args: StepArgs, prog: str, body: StepBody, needs_spark: bool = True)
         return 1
     print(report.line(), flush=True)
     write_summary(report)
+    summaries.record("summary", summary_payload(report))
     return 0
 
 

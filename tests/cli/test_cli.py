@@ -159,3 +159,37 @@ def test_a_damaged_delta_log_fails_with_one_line_naming_the_table(workspace: Wor
     line = result.stderr.strip().splitlines()[-1]  # after the JVM's own start-up warning
     assert line.startswith(f"error: run t: the Delta table {staging} cannot be read (")
     assert "its log (_delta_log) is damaged" in line
+
+
+def test_every_command_prints_one_json_object_with_json(workspace: Workspace) -> None:
+    import json
+
+    workspace.configure(TABLE)
+    workspace.land(
+        "t",
+        "2024-01-01T00",
+        "a.csv",
+        [
+            {"FLAG": "I", "ID": 1, "VALUE": 1, "TS": "2024-01-01 00:00:00"},
+            {"FLAG": "Q", "ID": 2, "VALUE": 1, "TS": "2024-01-01 00:00:00"},
+        ],
+    )
+    hour = ["--start", "2024-01-01T00:00:00Z", "--end", "2024-01-01T01:00:00Z"]
+    result = cdc(workspace, "run", "t", *hour, "--json")
+    assert result.returncode == 0, result.stderr
+    (line,) = result.stdout.splitlines()
+    document = json.loads(line)
+    assert (document["command"], document["ok"], document["exit_code"]) == ("run", True, 0)
+    counts = document["summary"]["counts"]
+    assert (counts["staged"], counts["quarantined"], counts["files_applied"]) == (1, 1, 1)
+    assert document["summary"]["table"] == "t"
+    # Before the command too; a failure keeps its exit code and says why in the object.
+    failed = cdc(workspace, "--json", "run", "nope", *hour)
+    assert failed.returncode == 2
+    failure = json.loads(failed.stdout)
+    assert (failure["ok"], failure["exit_code"]) == (False, 2)
+    assert failure["error"].startswith("run: table nope: not in the config table")
+    checked = json.loads(cdc(workspace, "check", "t", "--json").stdout)
+    assert [t["table"] for t in checked["tables"]] == ["t"] and checked["ok"] is True
+    version = cdc(workspace, "--version")
+    assert version.returncode == 0 and version.stdout.strip() == "cdc 0.1.0"
