@@ -19,6 +19,9 @@ from cdc_pipeline.intervals import parse_timestamp
 from cdc_pipeline.steps import STEPS, step_named
 
 
+JSON = "print the summary as one JSON object on stdout"
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of `cdc` and its commands."""
     from spark_jobs.common import add_step_arguments
@@ -35,9 +38,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--version", action="version", version=f"cdc {metadata.version('cdc-lakehouse')}"
     )
-    parser.add_argument(
-        "--json", action="store_true", help="print the summary as one JSON object on stdout"
-    )
+    parser.add_argument("--json", action="store_true", help=JSON)
     commands = parser.add_subparsers(dest="command", required=True)
     validate = commands.add_parser("validate", help="check every row of the config table")
     validate.add_argument("--config", type=Path, default=argparse.SUPPRESS)
@@ -77,12 +78,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="apply the runs in this process instead of an Airflow backfill",
     )
     for command in commands.choices.values():
-        command.add_argument(
-            "--json",
-            action="store_true",
-            default=argparse.SUPPRESS,
-            help="print the summary as one JSON object on stdout",
-        )
+        command.add_argument("--json", action="store_true", default=argparse.SUPPRESS, help=JSON)
     return parser
 
 
