@@ -24,6 +24,8 @@ from pathlib import Path
 from types import TracebackType
 from urllib.parse import urlparse
 
+from cdc_pipeline.jvm import utf8_locale
+
 SERVER_CLASS = "org.apache.spark.sql.connect.service.SparkConnectServer"
 DEFAULT_PORT = 15002
 BIND_ADDRESS = "127.0.0.1"
@@ -222,6 +224,7 @@ def start(
     log_path = log_path or Path(os.environ.get("TMPDIR", "/tmp")) / f"cdc-connect-{port}.log"
     log_path.parent.mkdir(parents=True, exist_ok=True)
     env = dict(os.environ, SPARK_HOME=str(home))
+    env.update(utf8_locale(env))  # file names as UTF-8, whatever the caller's locale
     env.setdefault("SPARK_LOCAL_IP", BIND_ADDRESS)
     env.pop("PYSPARK_GATEWAY_PORT", None)
     with log_path.open("ab") as log:

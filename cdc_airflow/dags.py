@@ -30,6 +30,7 @@ from cdc_airflow.connect_server import connect_address
 from cdc_airflow.operations import dag_arguments, task_arguments
 from cdc_pipeline.config import ConfigLoadResult, default_config_path, load_table_configs
 from cdc_pipeline.errors import ConfigError, TableDamagedError, UsageError
+from cdc_pipeline.jvm import utf8_locale
 from cdc_pipeline.planning import DagPlan, TaskPlan, cron_of, is_due, plan_table_dag
 
 log = logging.getLogger(__name__)
@@ -56,6 +57,7 @@ def spark_environment(config_path: Path) -> dict[str, str]:
         "PYSPARK_PYTHON": python,
         "PYSPARK_DRIVER_PYTHON": python,
         "CDC_CONFIG": str(config_path.resolve()),
+        **utf8_locale(os.environ),  # the driver JVM reads file names as UTF-8
     }
 
 

@@ -29,6 +29,7 @@ from pyspark.sql import functions as F
 from cdc_pipeline.config import COLUMN_PATTERN, TableConfig
 from cdc_pipeline.errors import InputError
 from spark_jobs.formats import ChangeRead
+from spark_jobs.landing import spark_path
 from spark_jobs.transforms import ARRIVAL, BATCH, FILE, FORMAT_ERROR, RAW, ROW
 
 # A header line longer than this is not read on the driver (its rows are quarantined).
@@ -108,7 +109,8 @@ def read_csv_changes(
                     f"{', '.join(missing)}; its rows read null there"
                 )
         undeclared |= _undeclared(header.names, [*table.columns, table.flag_column])
-        lines = scan(spark.read.text([str(p) for p in group]).filter(F.trim(F.col(LINE)) != ""))
+        texts = spark.read.text([spark_path(p) for p in group])
+        lines = scan(texts.filter(F.trim(F.col(LINE)) != ""))
         if header.has_line:
             # The header is each file's first line read; data rows are numbered from 0.
             lines = lines.filter(F.col(ROW) > 0).withColumn(ROW, F.col(ROW) - 1)

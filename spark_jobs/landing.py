@@ -69,6 +69,32 @@ LEDGER_SCHEMA = pa.schema(
 )
 
 
+# Hadoop reads a path with these characters as a glob pattern (a[1].json would match a1.json):
+# each is escaped with a backslash before Spark gets the path, so a name is read as exactly that
+# file (Hadoop's GlobPattern treats `\\x` as the literal x).
+_GLOB_CHARACTERS = set("\\[]{}*?")
+
+
+def spark_path(path: Path) -> str:
+    """The path to hand to Spark's readers: glob characters escaped, so it names one file."""
+    return "".join(f"\\{c}" if c in _GLOB_CHARACTERS else c for c in str(path))
+
+
+def unaddressable_reason(name: str) -> str | None:
+    """Why Spark/Hadoop cannot address a file of this name (None: it can).
+
+    A `:` makes Hadoop's Path read the name as a URI with a scheme, a backslash is Hadoop's glob
+    escape: such a file is refused alone (quarantined with this reason) and the rest of its
+    hour is staged."""
+    for character, what in ((":", "a colon"), ("\\", "a backslash")):
+        if character in name:
+            return (
+                f"file name {name!r} has {what}, which Spark and Hadoop cannot read as a file "
+                "name: rename the file (it is not staged)"
+            )
+    return None
+
+
 def versioned_name(name: str, sequence: int) -> str:
     """The arrival identity (`_cdc_file`) of the hour's `sequence`-th re-staged file version."""
     if not 1 <= sequence <= MAX_VERSIONS_PER_HOUR:
@@ -532,6 +558,20 @@ def plan_files(listing: Listing, ledger: dict[tuple[str, str], LedgerEntry]) -> 
             and not latest.is_link
             and (latest.size, latest.mtime_ns) == stat_seen
         ):
+            continue
+        unaddressable = unaddressable_reason(landing_file.name)
+        if unaddressable is not None:
+            if latest is not None and not latest.is_link and latest.refused is not None:
+                continue  # refused before, for the same name
+            plan.refusals.append(
+                Refusal(
+                    landing_file.batch,
+                    landing_file.file,
+                    landing_file.relative,
+                    unaddressable,
+                    landing_file,
+                )
+            )
             continue
         try:
             sha256, size, mtime_ns = file_digest(landing_file.path)

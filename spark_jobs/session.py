@@ -12,6 +12,8 @@ from typing import Any
 
 from pyspark.sql import SparkSession
 
+from cdc_pipeline.jvm import utf8_locale
+
 LOG4J_FILE = Path(__file__).with_name("log4j2.properties")
 
 # Settings the Delta adapter and the transforms rely on; applied to any session, also one
@@ -56,6 +58,11 @@ def static_conf() -> dict[str, str]:
         "spark.sql.shuffle.partitions": shuffle_partitions(),
         "spark.hadoop.mapreduce.fileoutputcommitter.marksuccessfuljobs": "false",
         "spark.hadoop.parquet.enable.summary-metadata": "false",
+        # Local files are read and written without Hadoop's `.name.crc` checksum sidecars: a
+        # stale or foreign sidecar beside a landed file (as Hadoop writers leave them) failed
+        # its read with a ChecksumException, every run. Parquet and Delta carry their own checks.
+        "spark.hadoop.fs.file.impl": "org.apache.hadoop.fs.RawLocalFileSystem",
+        "spark.hadoop.fs.file.impl.disable.cache": "true",
     }
 
 
@@ -78,6 +85,7 @@ def build_classic_session(app_name: str = "cdc", master: str | None = None) -> S
     # (an Airflow worker that ran a Connect task before this spark-submit), would make the
     # builder look for a remote server.
     os.environ.pop("SPARK_CONNECT_MODE_ENABLED", None)
+    os.environ.update(utf8_locale(os.environ))  # the driver JVM starts with this environment
     builder = SparkSession.builder.appName(app_name)
     if "PYSPARK_GATEWAY_PORT" not in os.environ:  # set when spark-submit runs this file
         builder = builder.master(master or spark_master())

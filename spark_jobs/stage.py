@@ -48,6 +48,10 @@ def _with_arrival(df: DataFrame, row_position: str) -> DataFrame:
     """Add `_cdc_batch` (from the dt=/hr= folder), `_cdc_file` and `_cdc_row` to a file scan."""
     path = F.col("_metadata.file_path")
     pattern = HOUR_FOLDER_PATTERN + r"/[^/]*$"
+    # Spark gives file names URL-encoded (a space as %20, % as %25) and leaves + as it is:
+    # decoded back to the landed name (+ protected first, as the decoder reads it as a space),
+    # so `_cdc_file` is what the ledger calls the file.
+    name = F.url_decode(F.replace(F.col("_metadata.file_name"), F.lit("+"), F.lit("%2B")))
     # intervals.batch_id in Spark: the day, "T", the hour.
     batch = F.concat(
         F.regexp_extract(path, pattern, 1), F.lit("T"), F.regexp_extract(path, pattern, 2)
@@ -56,7 +60,7 @@ def _with_arrival(df: DataFrame, row_position: str) -> DataFrame:
         return df.select(
             "*",
             batch.alias(BATCH),
-            F.col("_metadata.file_name").alias(FILE),
+            name.alias(FILE),
             F.col("_metadata.row_index").alias(ROW),
         )
     # Text formats have no row index: order each file's rows by split offset, then by the
@@ -64,7 +68,7 @@ def _with_arrival(df: DataFrame, row_position: str) -> DataFrame:
     scanned = df.select(
         "*",
         batch.alias(BATCH),
-        F.col("_metadata.file_name").alias(FILE),
+        name.alias(FILE),
         path.alias("__path"),
         F.col("_metadata.file_block_start").alias("__block"),
         F.monotonically_increasing_id().alias("__scan_id"),
@@ -83,7 +87,7 @@ def read_landing(
 ) -> ChangeRead:
     """The change rows of `files` as read (csv/json values as text) with arrival columns;
     Parquet files as `parquet` groups them (probed here when not given)."""
-    paths = [str(f.path) for f in files]
+    paths = [landing.spark_path(f.path) for f in files]
     if table.file_format == "json":
         lines = _with_arrival(spark.read.text(paths), "scan")
         return read_json_changes(spark, table, lines)
@@ -107,7 +111,9 @@ def _read_parquet(
     technical = {table.flag_source, *ARRIVAL}
     frames = [
         _with_arrival(
-            spark.read.option("mergeSchema", "true").parquet(*[str(f.path) for f in group]),
+            spark.read.option("mergeSchema", "true").parquet(
+                *[landing.spark_path(f.path) for f in group]
+            ),
             "row_index",
         )
         for group in plan.groups
@@ -712,7 +718,8 @@ def _files_spark_cannot_read(
     for landing_file in files:
         try:
             # The noop sink reads every row of every column and writes nothing.
-            spark.read.parquet(str(landing_file.path)).write.format("noop").mode("overwrite").save()
+            frame = spark.read.parquet(landing.spark_path(landing_file.path))
+            frame.write.format("noop").mode("overwrite").save()
         except Exception as own:
             reason = (
                 f"unreadable Parquet file {landing_file.name} ({landing_file.size} bytes): its "

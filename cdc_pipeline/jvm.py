@@ -1,0 +1,20 @@
+"""What the Spark JVMs the project starts need in their environment (no Spark imported here)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+UTF8_LOCALE = {"LC_ALL": "C.UTF-8"}  # built into Debian and most images
+
+
+def utf8_locale(environment: Mapping[str, str]) -> dict[str, str]:
+    """What to add to a JVM's environment so that it reads file names as UTF-8.
+
+    The JVM takes its file name encoding from the locale it starts in (JDK 17 ignores
+    -Dsun.jnu.encoding): under LC_ALL=C a landed `ünï.json` was "not found", while Python lists
+    it as UTF-8. Empty when the locale is UTF-8 already."""
+    for name in ("LC_ALL", "LC_CTYPE", "LANG"):
+        value = environment.get(name)
+        if value:
+            return {} if "utf-8" in value.lower() or "utf8" in value.lower() else UTF8_LOCALE
+    return UTF8_LOCALE

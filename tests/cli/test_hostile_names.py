@@ -1,0 +1,141 @@
+"""Hostile file names through the real `cdc` command: every landed name is read as exactly that
+file (no globbing, no URL encoding), a name Spark cannot address is quarantined alone, and
+checksum sidecars never influence a read."""
+
+from __future__ import annotations
+
+import json
+import zlib
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from deltalake import DeltaTable
+
+from tests.cli.cdc import cdc, summary
+from tests.helpers import Workspace, table_rows
+
+pytestmark = pytest.mark.slow
+
+JSON_TABLE = {
+    "name": "j",
+    "file_format": "json",
+    "columns": {"ID": "bigint", "VALUE": "string", "CDC_TIMESTAMP": "timestamp"},
+    "keys": ["ID"],
+    "sequence_by": ["CDC_TIMESTAMP"],
+}
+PARQUET_TABLE = {"name": "p", "file_format": "parquet", "keys": ["ID"], "sequence_by": ["TS"]}
+HOUR = ("--start", "2024-01-01T00:00:00Z", "--end", "2024-01-01T01:00:00Z")
+# name -> the ID its one change inserts; each name is read as exactly that file.
+NAMES = {
+    "a[1].json": 50,
+    "a1.json": 51,
+    "b{x,y}.json": 52,
+    "bx.json": 53,
+    "st*r.json": 54,
+    "q?.json": 55,
+    "sp ace.json": 56,
+    "pct%41.json": 57,
+    "plus+x.json": 58,
+    "hash#x.json": 59,
+    "caret^x.json": 60,
+    "tab\tx.json": 61,
+    "ünï.json": 62,
+}
+REFUSED = {"x:00.json": 70, "back\\slash.json": 71}
+
+
+def line(id_: int, value: str, second: int = 0) -> str:
+    change = {
+        "FLAG": "I",
+        "ID": id_,
+        "VALUE": value,
+        "CDC_TIMESTAMP": f"2024-01-01 00:00:{second:02d}",
+    }
+    return json.dumps(change) + "\n"
+
+
+def hadoop_checksum(content: bytes, bytes_per_sum: int = 512) -> bytes:
+    """A Hadoop `.name.crc` sidecar of `content`, as Hadoop's local file system writes it."""
+    sums = b"".join(
+        zlib.crc32(content[i : i + bytes_per_sum]).to_bytes(4, "big")
+        for i in range(0, len(content), bytes_per_sum)
+    )
+    return b"crc\x00" + bytes_per_sum.to_bytes(4, "big") + sums
+
+
+def quarantine(workspace: Workspace, table: str) -> list[dict[str, Any]]:
+    path = workspace.paths(table).quarantine
+    return DeltaTable(str(path)).to_pyarrow_table().to_pylist() if path.exists() else []
+
+
+def test_every_landed_name_is_read_as_exactly_that_file(workspace: Workspace) -> None:
+    workspace.configure(JSON_TABLE)
+    hour = workspace.landing / "j" / "dt=2024-01-01" / "hr=00"
+    hour.mkdir(parents=True)
+    for name, id_ in {**NAMES, **REFUSED}.items():
+        (hour / name).write_text(line(id_, "v1"))
+    # A Hadoop checksum sidecar beside a file (valid now, stale once the file is rewritten
+    # below): never read, never verified.
+    (hour / "good.json").write_text(line(80, "v1"))
+    (hour / ".good.json.crc").write_bytes(hadoop_checksum((hour / "good.json").read_bytes()))
+    # Under the C locale too: the JVM reads file names as UTF-8 whatever the locale.
+    result = cdc(workspace, "run", "j", *HOUR, LC_ALL="C", LANG="C")
+    assert result.returncode == 0, result.stderr
+    counts = summary(result)
+    assert (counts["staged"], counts["files_refused"]) == (str(len(NAMES) + 1), "2")
+    expected = sorted([(id_, "v1") for id_ in NAMES.values()] + [(80, "v1")])
+    assert table_rows(workspace.paths("j").final, ["ID", "VALUE"]) == expected
+    files = {
+        r["_cdc_file"]
+        for r in DeltaTable(str(workspace.paths("j").staging)).to_pyarrow_table().to_pylist()
+    }
+    assert files == {*NAMES, "good.json"}
+    refused = {r["_cdc_raw"]: r["_cdc_reason"] for r in quarantine(workspace, "j")}
+    assert set(refused) == {f"dt=2024-01-01/hr=00/{name}" for name in REFUSED}
+    assert (
+        "has a colon, which Spark and Hadoop cannot read"
+        in refused["dt=2024-01-01/hr=00/x:00.json"]
+    )
+
+    # New content under the same names is staged as their next versions; the sidecar now
+    # disagrees with good.json's content too.
+    for name in ("sp ace.json", "a[1].json", "pct%41.json", "plus+x.json", "good.json"):
+        id_ = NAMES.get(name, 80)
+        (hour / name).write_text(line(id_, "v2", 1))
+    again = cdc(workspace, "run", "j", *HOUR)
+    assert again.returncode == 0, again.stderr
+    assert summary(again)["new_files"] == "5"
+    changed = {
+        NAMES.get(n, 80)
+        for n in ("sp ace.json", "a[1].json", "pct%41.json", "plus+x.json", "good.json")
+    }
+    assert table_rows(workspace.paths("j").final, ["ID", "VALUE"]) == sorted(
+        (id_, "v2" if id_ in changed else "v1") for id_, _ in expected
+    )
+    # The refused names stay refused once (no second quarantine row per rerun).
+    assert len(quarantine(workspace, "j")) == 2
+
+
+def test_a_garbage_checksum_sidecar_never_refuses_a_good_parquet_file(
+    workspace: Workspace, tmp_path: Path
+) -> None:
+    workspace.configure(PARQUET_TABLE)
+    hour = workspace.landing / "p" / "dt=2024-01-01" / "hr=00"
+    hour.mkdir(parents=True)
+    table = pa.table(
+        {
+            "FLAG": ["I", "I"],
+            "ID": [1, 2],
+            "TS": pa.array([1704067200000000] * 2, pa.timestamp("us", tz="UTC")),
+        }
+    )
+    pq.write_table(table, hour / "x.parquet")
+    (hour / ".x.parquet.crc").write_bytes(b"\x00" * 64)
+    result = cdc(workspace, "run", "p", *HOUR)
+    assert result.returncode == 0, result.stderr
+    assert summary(result)["files_refused"] == "0"
+    assert table_rows(workspace.paths("p").final, ["ID"]) == [(1,), (2,)]
+    assert quarantine(workspace, "p") == []
