@@ -114,7 +114,8 @@ def read_csv_changes(
         if header.has_line:
             # The header is each file's first line read; data rows are numbered from 0.
             lines = lines.filter(F.col(ROW) > 0).withColumn(ROW, F.col(ROW) - 1)
-        frames.append(_parse_lines(lines, header, wanted, problem))
+        text_columns = {c for c, t in table.columns.items() if t.lower() == "string"}
+        frames.append(_parse_lines(lines, header, wanted, problem, text_columns))
     if not frames:
         return ChangeRead(_empty(spark, wanted), dict(table.columns))
     result = frames[0]
@@ -124,16 +125,21 @@ def read_csv_changes(
 
 
 def _parse_lines(
-    lines: DataFrame, header: CsvHeader, wanted: list[str], problem: str | None
+    lines: DataFrame,
+    header: CsvHeader,
+    wanted: list[str],
+    problem: str | None,
+    text_columns: set[str],
 ) -> DataFrame:
-    """One header group's lines parsed into the wanted columns plus the row's format error."""
+    """One header group's lines parsed into the wanted columns plus the row's format error; a
+    quoted empty field is the empty string in a `string` column, null in the others (as an
+    unquoted empty field is everywhere)."""
     width = len(header.names)
     valid = F.is_valid_utf8(F.col(LINE))
     text = F.when(valid, F.col(LINE)).otherwise(F.make_valid_utf8(F.col(LINE)))
     fields = [f"`__c{i}` STRING" for i in range(width)] + [f"`{CORRUPT}` STRING"]
-    parsed = F.from_csv(
-        text, ", ".join(fields), {"columnNameOfCorruptRecord": CORRUPT, "mode": "PERMISSIVE"}
-    )
+    options = {"columnNameOfCorruptRecord": CORRUPT, "mode": "PERMISSIVE", "emptyValue": EMPTY}
+    parsed = F.from_csv(text, ", ".join(fields), options)
     error = F.coalesce(
         F.lit(problem).cast("string"),
         F.when(~valid, F.lit(NOT_UTF8)),
@@ -143,13 +149,19 @@ def _parse_lines(
     for column in wanted:
         position = _position(header.names, column)
         value = parsed[f"__c{position}"] if position is not None else F.lit(None).cast("string")
-        values.append(value.alias(column))
+        empty = F.lit("") if column in text_columns else F.lit(None).cast("string")
+        values.append(F.when(value == EMPTY, empty).otherwise(value).alias(column))
     return lines.select(
         *values,
         F.when(error.isNotNull(), text).alias(RAW),
         error.alias(FORMAT_ERROR),
         *[F.col(c) for c in ARRIVAL],
     )
+
+
+# Spark's CSV reader gives null for an unquoted empty field and for a quoted one (`""`) alike:
+# the quoted one is read as this marker first and then as the empty string it is.
+EMPTY = "\u0001cdc-empty\u0001"
 
 
 def _field_count_reason(text: Column, width: int) -> Column:

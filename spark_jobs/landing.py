@@ -522,6 +522,20 @@ def _latest(known: Sequence[LedgerEntry]) -> LedgerEntry | None:
     return max(known, key=lambda e: split_version(e.file)[1]) if known else None
 
 
+def _unaddressable(landing_file: LandingFile, latest: LedgerEntry | None, plan: FilePlan) -> bool:
+    """A name Spark cannot address: refused alone (once), never hashed nor read."""
+    reason = unaddressable_reason(landing_file.name)
+    if reason is None:
+        return False
+    if latest is None or latest.is_link or latest.refused is None:  # else refused before
+        plan.refusals.append(
+            Refusal(
+                landing_file.batch, landing_file.file, landing_file.relative, reason, landing_file
+            )
+        )
+    return True
+
+
 def plan_files(listing: Listing, ledger: dict[tuple[str, str], LedgerEntry]) -> FilePlan:
     """New file versions (hashed), same-content touches, and new link refusals.
 
@@ -559,19 +573,7 @@ def plan_files(listing: Listing, ledger: dict[tuple[str, str], LedgerEntry]) -> 
             and (latest.size, latest.mtime_ns) == stat_seen
         ):
             continue
-        unaddressable = unaddressable_reason(landing_file.name)
-        if unaddressable is not None:
-            if latest is not None and not latest.is_link and latest.refused is not None:
-                continue  # refused before, for the same name
-            plan.refusals.append(
-                Refusal(
-                    landing_file.batch,
-                    landing_file.file,
-                    landing_file.relative,
-                    unaddressable,
-                    landing_file,
-                )
-            )
+        if _unaddressable(landing_file, latest, plan):
             continue
         try:
             sha256, size, mtime_ns = file_digest(landing_file.path)

@@ -139,6 +139,16 @@ def _not_finite(value: Column, spark_type: str) -> Column | None:
     return F.isnan(value) | (F.abs(value) == F.lit(float("inf")))
 
 
+def _rounded(column: str, spark_type: str) -> Column | None:
+    """True when a decimal column's typed value is not its raw value (the cast rounded away
+    digits past the scale: `1.005` into decimal(10,2) is 1.01); None for other types. Compared
+    at scale 18: digits past the 18th decimal are not seen."""
+    if not normalize_type(spark_type).startswith("decimal"):
+        return None
+    wide = "decimal(38,18)"
+    return F.col(raw_name(column)).try_cast(wide) != F.col(column).cast(wide)
+
+
 def _ahead_of(value: Column, spark_type: str, column: str, limit: datetime) -> Column | None:
     """True when a sequence value lies after `limit` (None: the column is not a time)."""
     if column in EPOCH_MILLIS_COLUMNS:
@@ -151,6 +161,11 @@ def _ahead_of(value: Column, spark_type: str, column: str, limit: datetime) -> C
 def _value_reason(problem: str, column: str, tail: str) -> Column:
     """`<problem> in <column>: '<raw value>' <tail>`: a quarantine reason quoting the raw text."""
     return F.concat(F.lit(f"{problem} in {column}: '"), F.col(raw_name(column)), F.lit(f"' {tail}"))
+
+
+# A partition value's folder is `<column>=<value>`, its characters escaped (up to 3 bytes each
+# for / = % and the like): 200 bytes of value keep the folder name under the usual 255 bytes.
+MAX_PARTITION_VALUE_BYTES = 200
 
 
 def quarantine_reason(
@@ -199,6 +214,11 @@ def quarantine_reason(
                 _value_reason("unparsable value", column, f"is not a valid {spark_type}"),
             )
         )
+        rounded = _rounded(column, spark_type)
+        if rounded is not None:
+            rounded = rounded if column in identity else rounded & ~is_delete
+            reason = f"has more decimal places than {spark_type} holds (never rounded)"
+            checks.append(F.when(rounded, _value_reason("value out of range", column, reason)))
     for column, spark_type in column_types.items():
         if spark_type in TIME_TYPES:
             # Also for a delete: its values are staged with it.
@@ -230,25 +250,55 @@ def quarantine_reason(
                     )
                 )
     if table.partition_column is not None and table.partition_column in columns:
-        partition = F.col(table.partition_column)
+        checks += _partition_checks(table, table.partition_column, partition_type, is_delete)
+    return F.coalesce(*checks)
+
+
+def _partition_checks(
+    table: TableConfig, column: str, partition_type: str | None, is_delete: Column
+) -> list[Column]:
+    """Why a change's partition value cannot be written: null, empty, too long, out of range."""
+    checks: list[Column] = []
+    partition = F.col(column)
+    checks.append(
+        F.when(
+            partition.isNull() & ~is_delete,
+            F.lit(f"partition_expression gives null ({table.partition_expression})"),
+        )
+    )
+    text = partition.cast("string")
+    checks.append(
+        F.when(
+            (text == "") & ~is_delete,
+            F.lit(
+                f"partition_expression gives an empty string ({table.partition_expression}): "
+                "a partition folder cannot hold it (Hive-style partitions read it back as "
+                "null); make it give a value, for example coalesce(nullif(X, ''), 'none')"
+            ),
+        )
+    )
+    checks.append(
+        F.when(
+            (F.octet_length(text) > MAX_PARTITION_VALUE_BYTES) & ~is_delete,
+            F.lit(
+                f"partition_expression gives a value longer than {MAX_PARTITION_VALUE_BYTES} "
+                f"bytes ({table.partition_expression}): a partition folder name is at most "
+                "255 bytes; make it give a shorter value, for example substring(X, 1, 100)"
+            ),
+        )
+    )
+    if partition_type in TIME_TYPES:
         checks.append(
             F.when(
-                partition.isNull() & ~is_delete,
-                F.lit(f"partition_expression gives null ({table.partition_expression})"),
+                _outside_years(partition, partition_type),
+                F.concat(
+                    F.lit(f"value out of range in {table.partition_column}: '"),
+                    partition.cast("string"),
+                    F.lit(f"' {OUT_OF_RANGE} ({table.partition_expression})"),
+                ),
             )
         )
-        if partition_type in TIME_TYPES:
-            checks.append(
-                F.when(
-                    _outside_years(partition, partition_type),
-                    F.concat(
-                        F.lit(f"value out of range in {table.partition_column}: '"),
-                        partition.cast("string"),
-                        F.lit(f"' {OUT_OF_RANGE} ({table.partition_expression})"),
-                    ),
-                )
-            )
-    return F.coalesce(*checks)
+    return checks
 
 
 def good_changes(typed: DataFrame, staging_columns: Sequence[str]) -> DataFrame:

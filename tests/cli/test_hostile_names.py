@@ -139,3 +139,49 @@ def test_a_garbage_checksum_sidecar_never_refuses_a_good_parquet_file(
     assert summary(result)["files_refused"] == "0"
     assert table_rows(workspace.paths("p").final, ["ID"]) == [(1,), (2,)]
     assert quarantine(workspace, "p") == []
+
+
+def test_empty_and_over_long_partition_values_are_quarantined_and_keys_stay_unique(
+    workspace: Workspace,
+) -> None:
+    workspace.configure(
+        {
+            **JSON_TABLE,
+            "columns": {**JSON_TABLE["columns"], "REGION": "string"},
+            "partition_expression": "REGION",
+            "partition_column": "P",
+        }
+    )
+
+    def land(hour: str, rows: list[tuple[str, int, str]]) -> None:
+        folder = workspace.landing / "j" / "dt=2024-01-01" / f"hr={hour}"
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / "a.json").write_text(
+            "".join(
+                json.dumps(
+                    {
+                        "FLAG": flag,
+                        "ID": id_,
+                        "VALUE": hour,
+                        "REGION": region,
+                        "CDC_TIMESTAMP": f"2024-01-01 {hour}:00:00",
+                    }
+                )
+                + "\n"
+                for flag, id_, region in rows
+            )
+        )
+
+    land("00", [("I", 3, ""), ("I", 4, "eu"), ("I", 5, "x" * 300)])
+    land("01", [("U", 3, ""), ("U", 4, "eu")])
+    for end in ("01", "02"):
+        hour = ("--start", "2024-01-01T00:00:00Z", "--end", f"2024-01-01T{end}:00:00Z")
+        result = cdc(workspace, "run", "j", *hour)
+        assert result.returncode == 0, result.stderr
+    assert table_rows(workspace.paths("j").final, ["ID", "VALUE", "P"]) == [(4, "01", "eu")]
+    reasons = sorted((r["ID"], r["_cdc_reason"]) for r in quarantine(workspace, "j"))
+    assert [id_ for id_, _ in reasons] == ["3", "3", "5"]
+    assert reasons[0][1].startswith("partition_expression gives an empty string (REGION)")
+    assert reasons[2][1].startswith("partition_expression gives a value longer than 200 bytes")
+    check = cdc(workspace, "check", "j")
+    assert check.returncode == 0, check.stdout + check.stderr

@@ -421,3 +421,48 @@ def test_json_numbers_out_of_range_are_quarantined_not_staged_as_infinity_or_nul
         (1, 1.5, 2.5, 1),
         (13, 1.7976931348623157e308, pytest.approx(3.4e38, rel=1e-6), -2147483648),
     ]
+
+
+def test_a_decimal_that_does_not_fit_its_scale_is_quarantined_never_rounded(
+    spark, workspace: Workspace
+) -> None:
+    table = workspace.configure(
+        {
+            "name": "m",
+            "file_format": "csv",
+            "columns": {
+                "ID": "bigint",
+                "AMOUNT": "decimal(10,2)",
+                "NOTE": "string",
+                "N": "int",
+                "TS": "timestamp",
+            },
+            "keys": ["ID"],
+            "sequence_by": ["TS"],
+        }
+    )["m"]
+    land_lines(
+        workspace,
+        "m",
+        "a.csv",
+        [
+            "ID,AMOUNT,NOTE,N,TS,FLAG",
+            f"1,1.005,a,1,{T0},I",  # three decimals into a scale of 2
+            f"2,12345678.999,b,1,{T0},I",
+            f"3,1.50,c,1,{T0},I",  # fits: 1.50
+            f'4,2.1,"",,{T0},I',  # a quoted empty text is the empty string, an unquoted null
+            f'5,3,,"",{T0},I',  # a quoted empty number is null, as an unquoted one
+        ],
+    )
+    staged, _ = run(spark, workspace, table, "2024-01-01T00", "2024-01-01T01")
+    assert (staged.counts["staged"], staged.counts["quarantined"]) == (3, 2)
+    reason = "has more decimal places than decimal(10,2) holds (never rounded)"
+    assert quarantine(workspace.paths("m").quarantine) == [
+        ("a.csv", 0, f"value out of range in AMOUNT: '1.005' {reason}", None),
+        ("a.csv", 1, f"value out of range in AMOUNT: '12345678.999' {reason}", None),
+    ]
+    assert table_rows(workspace.paths("m").final, ["ID", "AMOUNT", "NOTE", "N"]) == [
+        (3, Decimal("1.50"), "c", 1),
+        (4, Decimal("2.10"), "", None),
+        (5, Decimal("3.00"), None, None),
+    ]
