@@ -207,6 +207,35 @@ def test_unreadable_and_invalid_yaml(tmp_path: Path) -> None:
     assert str(load_table_configs(broken).problems[0]).endswith("is not valid YAML at line 2")
 
 
+def test_alias_bombs_recursive_aliases_and_deep_nesting_are_refused_before_expansion(
+    tmp_path: Path,
+) -> None:
+    laughs = ['a0: &a0 ["lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol"]']
+    laughs += [f"a{i}: &a{i} [{', '.join([f'*a{i - 1}'] * 9)}]" for i in range(1, 10)]
+    cases = {
+        "bomb": ("\n".join([*laughs, "tables: []"]), "line 6: its aliases expand to more than"),
+        "recursive": (
+            "a: &a [*a]\ntables: []",
+            "line 1: an alias refers to a node that contains it",
+        ),
+        "deep": ("a: " + "[" * 60 + "]" * 60 + "\ntables: []", "nested more than 50 levels deep"),
+    }
+    for name, (text, expected) in cases.items():
+        path = tmp_path / f"{name}.yaml"
+        path.write_text(text + "\n")
+        (problem,) = load_table_configs(path).problems
+        assert expected in str(problem), name
+    # Ordinary anchors, as a defaults block shared by rows, stay valid.
+    shared = tmp_path / "shared.yaml"
+    shared.write_text(
+        "base: &base {file_format: csv, keys: [ID], sequence_by: [TS], "
+        "columns: {ID: bigint, TS: timestamp}}\n"
+        "tables:\n  - {<<: *base, name: a}\n  - {<<: *base, name: b}\n"
+    )
+    result = load_table_configs(shared)
+    assert sorted(result.tables) == ["a", "b"], [str(p) for p in result.problems]
+
+
 def test_sample_config_is_valid() -> None:
     result = load_table_configs(Path(__file__).resolve().parents[2] / "config" / "tables.yaml")
     assert result.problems == []
