@@ -2,10 +2,11 @@ PY ?= python3.11
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+JARS_STAMP := jars/.fetched
 
 .PHONY: install demo test lint typecheck clean system airflow bench bench-smoke bench-cycle
 
-install: $(STAMP)
+install: $(STAMP) $(JARS_STAMP)
 
 # Debian packages: Java 17 for Spark; docker-compose to validate docker-compose.yaml (no engine);
 # Chromium and its driver for the browser test.
@@ -15,6 +16,7 @@ system:
 	command -v docker-compose >/dev/null 2>&1 || missing="$$missing docker-compose"; \
 	command -v chromium >/dev/null 2>&1 || missing="$$missing chromium"; \
 	command -v chromedriver >/dev/null 2>&1 || missing="$$missing chromium-driver"; \
+	command -v mvn >/dev/null 2>&1 || missing="$$missing maven"; \
 	if [ -n "$$missing" ]; then \
 	  echo "installing Debian packages:$$missing"; \
 	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; \
@@ -30,6 +32,14 @@ $(STAMP): pyproject.toml docker/constraints.txt | system
 	$(BIN)/python -m pip install --quiet --constraint $(VENV)/constraints.txt -e '.[dev]'
 	$(BIN)/python -m pip check
 	@touch $(STAMP)
+
+# The Spark jars (Delta Lake's reader and catalog), pinned in docker/jars-pom.xml, copied into
+# jars/ once; Spark never resolves packages at run time.
+$(JARS_STAMP): docker/jars-pom.xml | system
+	mkdir -p jars
+	mvn -q -B -f docker/jars-pom.xml dependency:copy-dependencies -DexcludeTransitive=true \
+	  -DoutputDirectory=$(CURDIR)/jars
+	@touch $(JARS_STAMP)
 
 demo: install
 	$(BIN)/cdc demo

@@ -35,6 +35,7 @@ from cdc_pipeline.planning import DagPlan, TaskPlan, cron_of, is_due, plan_table
 
 log = logging.getLogger(__name__)
 SPARK_JOBS_DIR = Path(__file__).resolve().parent.parent / "spark_jobs"
+JARS_DIR = SPARK_JOBS_DIR.parent / "jars"
 LOG4J_OPTION = f"-Dlog4j2.configurationFile=file:{SPARK_JOBS_DIR / 'log4j2.properties'}"
 DEFAULT_ARGS = {
     "owner": "cdc",
@@ -341,6 +342,8 @@ def build_task(plan: DagPlan, task: TaskPlan, config_path: Path) -> CdcStepOpera
         name=f"cdc-{plan.table}-{task.task_id}",
         spark_binary=str(Path(sys.executable).parent / "spark-submit"),
         env_vars=spark_environment(config_path),
+        # The jars `make install` fetched (Delta Lake's reader), on spark-submit's driver too.
+        jars=",".join(str(j) for j in sorted(JARS_DIR.glob("*.jar"))) or None,
         max_active_tis_per_dag=1,
         trigger_rule="none_failed" if task.is_maintenance else "all_success",
         **task_arguments(plan, task),

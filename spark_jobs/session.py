@@ -15,6 +15,7 @@ from pyspark.sql import SparkSession
 from cdc_pipeline.jvm import utf8_locale
 
 LOG4J_FILE = Path(__file__).with_name("log4j2.properties")
+JARS_DIR = Path(__file__).resolve().parent.parent / "jars"  # filled by `make install`
 
 # Settings the Delta adapter and the transforms rely on; applied to any session, also one
 # that spark-submit created or a Connect server holds, because they are runtime SQL settings.
@@ -46,6 +47,25 @@ def shuffle_partitions() -> str:
     return os.environ.get("CDC_SHUFFLE_PARTITIONS", "8")
 
 
+def project_jars() -> list[Path]:
+    """The jars `make install` fetched (Delta Lake for Spark: docker/jars-pom.xml), by name."""
+    return sorted(JARS_DIR.glob("*.jar"))
+
+
+def delta_conf() -> dict[str, str]:
+    """Spark's own Delta reader and catalog, when the jars are there: users (and the tests) read
+    every table with `spark.read.format("delta")`, at any version. The steps never use it:
+    they read and commit through delta-rs (DESIGN.md)."""
+    jars = project_jars()
+    if not jars:
+        return {}
+    return {
+        "spark.jars": ",".join(str(j) for j in jars),
+        "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
+        "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
+    }
+
+
 def static_conf() -> dict[str, str]:
     """Settings fixed when the driver JVM starts: a classic session's, or the Connect server's."""
     java_opts = f"-Dlog4j2.configurationFile=file:{LOG4J_FILE}"
@@ -63,6 +83,7 @@ def static_conf() -> dict[str, str]:
         # its read with a ChecksumException, every run. Parquet and Delta carry their own checks.
         "spark.hadoop.fs.file.impl": "org.apache.hadoop.fs.RawLocalFileSystem",
         "spark.hadoop.fs.file.impl.disable.cache": "true",
+        **delta_conf(),
     }
 
 
