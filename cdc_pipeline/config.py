@@ -146,6 +146,14 @@ class TableConfig(BaseModel):
         description="change_format snapshot: columns left out of change detection (operational "
         "columns such as a load time); a change only there is no change.",
     )
+    database: str = Field(
+        default="cdc",
+        pattern=NAME_PATTERN,
+        description="The Spark catalog database the final (and history) table is registered in "
+        "after each run that applies changes: `<database>.<name>` (and `<database>.<name>_history`), "
+        "so users query spark.table('cdc.orders') on the same Spark (the Connect server's "
+        "session catalog; a Hive metastore when the deployment configures one).",
+    )
     history: bool = Field(
         default=False,
         description="Also keep {table}/history, an SCD type 2 table with one version per change.",

@@ -25,7 +25,7 @@ from pyspark.sql import functions as F
 
 from cdc_pipeline.config import TableConfig
 from cdc_pipeline.intervals import Interval
-from spark_jobs import applied, delta, history
+from spark_jobs import applied, catalog, delta, history
 from spark_jobs.append_only import append_inserts
 from spark_jobs.common import StepArgs, StepContext, StepReport, run_step
 from spark_jobs.final_table import (
@@ -424,6 +424,8 @@ def run_overwrite_final(context: StepContext, interval: Interval) -> StepReport:
     delta.inject_fault("overwrite_final:before_applied_marks")
     applied.mark_applied(paths, pending, delta.new_run_id(), report.counts.get("final_version"))
     report.counts["files_applied"] = len(pending.files)
+    if catalog.outlives_this_process(context.spark):
+        catalog.register_tables(context.spark, table, paths)
     return report
 
 

@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 from deltalake import DeltaTable
 
+from spark_jobs import catalog
 from spark_jobs.optimize import run_optimize
 from spark_jobs.reset_staging import run_reset_staging
 from spark_jobs.session import project_jars
@@ -113,6 +114,19 @@ def test_spark_reads_every_committed_version_as_delta_rs_does(
         (4, "eu", Decimal("4.40"), "eu"),
         (5, "us", Decimal("5.50"), "us"),
     ]
+    # Registered in the session's catalog (overwrite-final does it on a Connect server, whose
+    # catalog outlives the run): users query the table by name.
+    if not catalog.outlives_this_process(spark):
+        assert catalog.register_tables(spark, table, paths) == ["cdc.d", "cdc.d_history"]
+    assert sorted(tuple(r) for r in spark.table("cdc.d").select("ID", "P").collect()) == [
+        (1, "us"),
+        (4, "eu"),
+        (5, "us"),
+    ]
+    assert (
+        spark.table("cdc.d_history").count()
+        == DeltaTable(str(paths.history)).to_pyarrow_table().num_rows
+    )
     checked = {}
     for name in ("final", "staging", "tombstones", "history"):
         path = getattr(paths, name)

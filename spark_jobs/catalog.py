@@ -1,0 +1,74 @@
+"""The tables in Spark's catalog: `<database>.<table>` (and `_history`) over the Delta folders.
+
+Registered by overwrite-final when missing, so `spark.table("cdc.orders")` works on the same
+Spark: the Connect server's session catalog (as long as the server lives), or a Hive metastore
+when the deployment configures one (for good). A classic `cdc` process's catalog ends with it:
+nothing is registered there. It needs
+Spark's Delta connector (the jars `make install` fetches); without it, or when the catalog
+refuses, the run goes on and says so: registering is a convenience, never a reason to fail.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+from cdc_pipeline.config import TableConfig
+from cdc_pipeline.paths import TablePaths
+
+
+def outlives_this_process(spark: Any) -> bool:
+    """Whether a table registered now is there for the next query: a Connect server's session
+    catalog, or a Hive metastore. A classic session's in-memory catalog ends with the `cdc`
+    process, so registering there would only cost the run time."""
+    from spark_jobs.session import is_connect
+
+    if is_connect(spark):
+        return True
+    return str(spark.conf.get("spark.sql.catalogImplementation", "in-memory")) == "hive"
+
+
+def catalog_names(table: TableConfig, paths: TablePaths) -> dict[str, Path]:
+    """`database.name` -> the Delta folder it stands for."""
+    names = {f"{table.database}.{table.name}": paths.final}
+    if table.history:
+        names[f"{table.database}.{table.name}_history"] = paths.history
+    return names
+
+
+def _location(spark: Any, quoted: str) -> str:
+    """Where a registered Delta table lives, as a file URI without a trailing slash."""
+    row = spark.sql(f"DESCRIBE DETAIL {quoted}").select("location").first()  # metadata: 1 row
+    location = str(row[0]) if row is not None else ""
+    if location.startswith("file:") and not location.startswith("file://"):
+        location = "file://" + location[len("file:") :]
+    return location.rstrip("/")
+
+
+def register_tables(spark: Any, table: TableConfig, paths: TablePaths) -> list[str]:
+    """Register the table's final (and history) table where it is missing; the names added."""
+    added = []
+    try:
+        spark.sql(f"CREATE DATABASE IF NOT EXISTS `{table.database}`")
+        for name, path in catalog_names(table, paths).items():
+            if not (path / "_delta_log").is_dir():
+                continue
+            database, short = name.split(".")
+            quoted = f"`{database}`.`{short}`"
+            if spark.catalog.tableExists(name):
+                if _location(spark, quoted) == path.resolve().as_uri().rstrip("/"):
+                    continue
+                spark.sql(f"DROP TABLE {quoted}")  # another warehouse's: an external table
+            location = str(path).replace("'", "\\'")
+            spark.sql(f"CREATE TABLE {quoted} USING delta LOCATION '{location}'")
+            added.append(name)
+    except Exception as error:  # the catalog is a convenience: the run's commits stand
+        text = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+        print(
+            f"warning: table {table.name}: not registered in the Spark catalog as "
+            f"{table.database}.{table.name}: {text}",
+            file=sys.stderr,
+            flush=True,
+        )
+    return added
