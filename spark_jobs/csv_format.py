@@ -16,6 +16,7 @@ supported (as with Spark's CSV reader without multiLine): each part becomes a qu
 from __future__ import annotations
 
 import csv
+import gzip
 import os
 import re
 import sys
@@ -64,7 +65,14 @@ def read_csv_header(path: Path) -> CsvHeader:
             f"CSV file {_landing_name(path)}: cannot read its header: {error.strerror}"
         ) from None
     with os.fdopen(descriptor, "rb") as handle:
-        first = handle.readline(HEADER_LIMIT + 1)
+        try:
+            if path.name.lower().endswith(".gz"):  # as Spark reads it: by its extension
+                with gzip.GzipFile(fileobj=handle) as unpacked:
+                    first = unpacked.readline(HEADER_LIMIT + 1)
+            else:
+                first = handle.readline(HEADER_LIMIT + 1)
+        except (OSError, EOFError) as error:
+            return CsvHeader((), f"the file is not valid gzip data ({error})")
     if len(first) > HEADER_LIMIT:
         return CsvHeader((), f"the file's header line is longer than {HEADER_LIMIT} bytes")
     try:

@@ -16,6 +16,7 @@ import hashlib
 import os
 import re
 import stat
+import zlib
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, date, datetime, timedelta
@@ -30,7 +31,13 @@ from cdc_pipeline.intervals import HourBatch, Interval, batch_id
 from cdc_pipeline.paths import TablePaths
 from cdc_pipeline.schema import common_type
 
-EXTENSIONS = {"parquet": (".parquet",), "csv": (".csv",), "json": (".json", ".jsonl", ".ndjson")}
+# Text files may be gzip-compressed (Kafka Connect's S3 sink writes `.json.gz`): Spark reads
+# them by their extension, the ledger hashes their bytes as they landed.
+EXTENSIONS = {
+    "parquet": (".parquet",),
+    "csv": (".csv", ".csv.gz"),
+    "json": (".json", ".jsonl", ".ndjson", ".json.gz", ".jsonl.gz", ".ndjson.gz"),
+}
 # `~0001~name`: '~' sorts after every other printable ASCII character, so a re-staged version
 # sorts after every landed name that starts with one (names starting with a non-ASCII letter sort
 # after it; landed names of the version shape are reserved: reported, never read). The number
@@ -396,6 +403,31 @@ class ChangingFileError(OSError):
     """The file changed while it was read: it is left for the next run."""
 
 
+class _GzipCheck:
+    """Decompresses a `.gz` file's bytes as they are hashed (output dropped): a file Spark could
+    not read is refused alone, before any Spark job (one bad file failed its whole hour)."""
+
+    def __init__(self) -> None:
+        self.inflate = zlib.decompressobj(16 + zlib.MAX_WBITS)
+
+    def feed(self, chunk: bytes) -> None:
+        try:
+            while chunk:
+                if self.inflate.eof:  # the next gzip member (concatenated: one valid file)
+                    self.inflate = zlib.decompressobj(16 + zlib.MAX_WBITS)
+                self.inflate.decompress(chunk, 1 << 16)  # output bounded: no gzip bomb
+                # After a member's end, the rest of the input is the next member's; otherwise
+                # what the output bound held back.
+                inflate = self.inflate
+                chunk = inflate.unused_data if inflate.eof else inflate.unconsumed_tail
+        except zlib.error as error:
+            raise OSError(f"not valid gzip data ({error})") from None
+
+    def finish(self) -> None:
+        if not self.inflate.eof:
+            raise OSError("not valid gzip data (the file ends inside a compressed block)")
+
+
 def file_digest(path: Path) -> tuple[str, int, int]:
     """(sha256, size, mtime_ns) of a regular file, never through a link (O_NOFOLLOW).
 
@@ -407,8 +439,13 @@ def file_digest(path: Path) -> tuple[str, int, int]:
         if not stat.S_ISREG(before.st_mode):
             raise OSError(f"{path.name} is not a regular file")
         digest = hashlib.sha256()
+        gzipped = _GzipCheck() if path.name.lower().endswith(".gz") else None
         while chunk := handle.read(HASH_CHUNK):
             digest.update(chunk)
+            if gzipped is not None:
+                gzipped.feed(chunk)
+        if gzipped is not None:
+            gzipped.finish()
         after = os.fstat(handle.fileno())
     if (before.st_size, before.st_mtime_ns) != (after.st_size, after.st_mtime_ns):
         raise ChangingFileError(f"{path.name} changed while it was read")

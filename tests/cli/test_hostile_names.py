@@ -185,3 +185,35 @@ def test_empty_and_over_long_partition_values_are_quarantined_and_keys_stay_uniq
     assert reasons[2][1].startswith("partition_expression gives a value longer than 200 bytes")
     check = cdc(workspace, "check", "j")
     assert check.returncode == 0, check.stdout + check.stderr
+
+
+def test_gzip_compressed_json_lines_and_csv_are_read(workspace: Workspace) -> None:
+    import gzip
+
+    workspace.configure(
+        JSON_TABLE,
+        {
+            "name": "c",
+            "file_format": "csv",
+            "columns": {"ID": "bigint", "VALUE": "string", "TS": "timestamp"},
+            "keys": ["ID"],
+            "sequence_by": ["TS"],
+        },
+    )
+    json_hour = workspace.landing / "j" / "dt=2024-01-01" / "hr=00"
+    json_hour.mkdir(parents=True)
+    (json_hour / "part-0.json.gz").write_bytes(
+        gzip.compress((line(1, "a") + line(2, "b")).encode())
+    )
+    csv_hour = workspace.landing / "c" / "dt=2024-01-01" / "hr=00"
+    csv_hour.mkdir(parents=True)
+    text = "FLAG,ID,VALUE,TS\nI,1,a,2024-01-01 00:00:00\nI,2,b,2024-01-01 00:00:01\nU,1,c,2024-01-01 00:00:02\n"
+    (csv_hour / "part-0.csv.gz").write_bytes(gzip.compress(text.encode()))
+    (csv_hour / "broken.csv.gz").write_bytes(b"not gzip at all")
+    for name in ("j", "c"):
+        result = cdc(workspace, "run", name, *HOUR)
+        assert result.returncode == 0, result.stderr
+    assert table_rows(workspace.paths("j").final, ["ID", "VALUE"]) == [(1, "a"), (2, "b")]
+    assert table_rows(workspace.paths("c").final, ["ID", "VALUE"]) == [(1, "c"), (2, "b")]
+    reasons = {r["_cdc_reason"] for r in quarantine(workspace, "c")}
+    assert any("not valid gzip data" in r for r in reasons), reasons
