@@ -18,7 +18,6 @@ from cdc_pipeline.config import load_table_configs
 from cdc_pipeline.intervals import parse_timestamp
 from cdc_pipeline.steps import STEPS, step_named
 
-
 JSON = "print the summary as one JSON object on stdout"
 
 
