@@ -24,3 +24,8 @@ class UsageError(CdcError):
 class TableDamagedError(CdcError):
     """A Delta table's log cannot be read (a corrupt or truncated commit): permanent, no retry
     helps; the message names the table's path and the fix."""
+
+
+class SparkUnavailableError(CdcError):
+    """The Spark Connect server does not answer (down, or stopped mid-step): transient, a retry
+    of the step (Airflow's) may succeed; the message names the URL."""

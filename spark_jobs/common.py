@@ -108,6 +108,13 @@ def one_line(error: BaseException) -> str:
     text = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
     if isinstance(error, CdcError):
         return text
+    remote = os.environ.get("CDC_SPARK_REMOTE")
+    if remote and type(error).__name__ in ("SparkConnectGrpcException", "RetriesExceeded"):
+        # The server went away mid-step (its gRPC error names no server): say which one.
+        return (
+            f"Spark Connect server {remote} stopped answering ({type(error).__name__}: {text}); "
+            "nothing was committed past the last commit the summary reports: rerun the step"
+        )
     return f"{type(error).__name__}: {text}"
 
 

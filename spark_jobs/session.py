@@ -12,6 +12,7 @@ from typing import Any
 
 from pyspark.sql import SparkSession
 
+from cdc_pipeline.errors import SparkUnavailableError, UsageError
 from cdc_pipeline.jvm import utf8_locale
 
 LOG4J_FILE = Path(__file__).with_name("log4j2.properties")
@@ -126,10 +127,15 @@ def build_connect_session(url: str, app_name: str = "cdc") -> SparkSession:
     set per session. Switches this process's PySpark functions to Connect, as
     `SparkSession.builder.remote` does (PySpark decides per process which kind a column is).
     """
+    from pyspark.sql.connect.client.retries import DefaultPolicy
     from pyspark.sql.connect.session import SparkSession as ConnectSession
 
+    _probe_connect_server(url)
     os.environ["SPARK_CONNECT_MODE_ENABLED"] = "1"
     session: Any = ConnectSession.builder.remote(url).create()
+    # PySpark's own policy retries an unavailable server for over 10 minutes: a step whose server
+    # died would hang that long. Bounded to about CDC_SPARK_CONNECT_TIMEOUT seconds of back-off.
+    session.client.set_retry_policies([DefaultPolicy(**connect_retry_policy())])
     for key, value in {
         **REQUIRED_SQL_CONF,
         "spark.sql.shuffle.partitions": shuffle_partitions(),
@@ -141,6 +147,53 @@ def build_connect_session(url: str, app_name: str = "cdc") -> SparkSession:
         if tag:
             session.addTag(tag)
     return session  # type: ignore[no-any-return]
+
+
+CONNECT_TIMEOUT_ENV = "CDC_SPARK_CONNECT_TIMEOUT"
+
+
+def connect_timeout() -> float:
+    """Seconds a step waits for an unreachable Spark Connect server (`CDC_SPARK_CONNECT_TIMEOUT`,
+    default 60) before it fails."""
+    text = os.environ.get(CONNECT_TIMEOUT_ENV, "").strip()
+    try:
+        value = float(text) if text else 60.0
+    except ValueError:
+        value = 0.0
+    if value <= 0:
+        raise UsageError(f"{CONNECT_TIMEOUT_ENV}={text!r} must be a number of seconds above 0")
+    return value
+
+
+def connect_retry_policy(timeout: float | None = None) -> dict[str, Any]:
+    """DefaultPolicy arguments whose back-offs add up to about `timeout` seconds: 50 ms,
+    times 4 each retry, at most a quarter of the timeout each."""
+    budget_ms = (timeout or connect_timeout()) * 1000
+    cap = max(100, int(budget_ms / 4))
+    waited, retries, backoff = 0.0, 0, 50.0
+    while waited + min(backoff, cap) <= budget_ms and retries < 50:
+        waited += min(backoff, cap)
+        backoff *= 4
+        retries += 1
+    return {"max_retries": max(retries, 1), "max_backoff": cap, "max_server_retry_delay": cap}
+
+
+def _probe_connect_server(url: str) -> None:
+    """Fail at once, naming the URL, when nothing listens at the server's address (the client
+    itself would retry for minutes and then name no URL)."""
+    import socket
+    from urllib.parse import urlparse
+
+    parsed = urlparse(url)
+    host, port = parsed.hostname or "localhost", parsed.port or 15002
+    try:
+        with socket.create_connection((host, port), timeout=min(10.0, connect_timeout())):
+            return
+    except OSError as error:
+        raise SparkUnavailableError(
+            f"Spark Connect server {url} is not reachable ({error.strerror or error}): start it "
+            "(`make airflow` starts one) or fix CDC_SPARK_REMOTE"
+        ) from None
 
 
 def is_connect(spark: Any) -> bool:
