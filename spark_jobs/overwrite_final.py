@@ -24,6 +24,7 @@ from pyspark.sql import DataFrame, Window
 from pyspark.sql import functions as F
 
 from cdc_pipeline.config import TableConfig
+from cdc_pipeline.errors import ConfigError
 from cdc_pipeline.intervals import Interval
 from spark_jobs import applied, catalog, delta, history
 from spark_jobs.append_only import append_inserts
@@ -406,6 +407,7 @@ def run_overwrite_final(context: StepContext, interval: Interval) -> StepReport:
                 history_version=delta.load_snapshot(paths.history).version,
             )
         return report
+    _check_zorder_columns(table, staging)
     delta.inject_fault("overwrite_final:before_first_write")
     changes = _pending_changes(context, staging, pending).persist()
     try:
@@ -427,6 +429,22 @@ def run_overwrite_final(context: StepContext, interval: Interval) -> StepReport:
     if catalog.outlives_this_process(context.spark):
         catalog.register_tables(context.spark, table, paths)
     return report
+
+
+def _check_zorder_columns(table: TableConfig, staging: delta.Snapshot) -> None:
+    """zorder_by names columns of the data: without declared `columns`, `cdc validate` cannot
+    know them, so the first run checks them against staging's schema (a ConfigError naming the
+    field and the columns there are, before anything is written)."""
+    if staging.schema is None or not table.zorder_by:
+        return
+    known = set(staging.schema.fieldNames()) | set(table.partition_by)
+    missing = [c for c in table.zorder_by if c not in known]
+    if missing:
+        columns = ", ".join(c for c in staging.schema.fieldNames() if not c.startswith("_cdc_"))
+        raise ConfigError(
+            f"table {table.name}: zorder_by: {', '.join(missing)} is not a column of the data "
+            f"(its columns: {columns}); name columns the change files carry"
+        )
 
 
 def _pending_changes(

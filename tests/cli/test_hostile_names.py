@@ -217,3 +217,28 @@ def test_gzip_compressed_json_lines_and_csv_are_read(workspace: Workspace) -> No
     assert table_rows(workspace.paths("c").final, ["ID", "VALUE"]) == [(1, "c"), (2, "b")]
     reasons = {r["_cdc_reason"] for r in quarantine(workspace, "c")}
     assert any("not valid gzip data" in r for r in reasons), reasons
+
+
+def test_a_zorder_column_the_data_lacks_fails_the_first_run_with_one_line(
+    workspace: Workspace,
+) -> None:
+    workspace.configure({**PARQUET_TABLE, "zorder_by": ["NOPE"]})
+    hour = workspace.landing / "p" / "dt=2024-01-01" / "hr=00"
+    hour.mkdir(parents=True)
+    pq.write_table(
+        pa.table(
+            {
+                "FLAG": ["I"],
+                "ID": [1],
+                "TS": pa.array([1704067200000000], pa.timestamp("us", tz="UTC")),
+            }
+        ),
+        hour / "x.parquet",
+    )
+    result = cdc(workspace, "run", "p", *HOUR)
+    assert result.returncode == 2
+    assert result.stderr.strip().splitlines()[-1] == (
+        "error: run: table p: zorder_by: NOPE is not a column of the data (its columns: ID, TS); "
+        "name columns the change files carry"
+    )
+    assert not (workspace.paths("p").final / "_delta_log").exists()
