@@ -91,8 +91,8 @@ def test_links_are_refused_and_strays_reported_while_the_rest_is_staged(
     warnings = [line for line in capsys.readouterr().err.splitlines() if "warning" in line]
     where = "warning: table j: [2024-01-01T20:00:00Z, 2024-01-02T01:00:00Z)"
     assert warnings == [
-        f"{where}: not in the landing layout dt=YYYY-MM-DD/hr=HH/*.json|.jsonl|.ndjson, never "
-        "read: dt=2024-13-45/, stray.json, dt=2024-01-01/hr=5/, dt=2024-01-01/hr=20/notes.txt",
+        f"{where}: not in the landing layout "
+        "dt=YYYY-MM-DD/hr=HH/*.json|.jsonl|.ndjson|.json.gz|.jsonl.gz|.ndjson.gz, never read: dt=2024-13-45/, stray.json, dt=2024-01-01/hr=5/, dt=2024-01-01/hr=20/notes.txt",
         f"{where}: symbolic links refused, never followed: dt=2024-01-02, dt=2024-01-01/hr=21, "
         "dt=2024-01-01/hr=20/x.json",
     ]
