@@ -224,6 +224,23 @@ class TableConfig(BaseModel):
     zorder_by: ColumnList = Field(
         default_factory=list, description="Columns OPTIMIZE Z-orders the final table by."
     )
+    apply_truncates: bool = Field(
+        default=True,
+        description="Event formats: a truncate (wal2json action T, Debezium op t) is applied: "
+        "it removes every row whose change is ordered before it (by sequence_by), in final, "
+        "in history (their versions end at it), and against changes that arrive later but "
+        "are ordered before it. false: truncates are skipped and counted "
+        "(truncates_skipped=).",
+    )
+    unavailable_value: str = Field(
+        default="__debezium_unavailable_value",
+        min_length=1,
+        description="Debezium: the text the connector sends for a value it does not have "
+        "(its unavailable.value.placeholder, such as an unchanged TOASTed column of a "
+        "PostgreSQL update): as text, as the base64 of a bytea value, or as an array's only "
+        "element. Such a value is never written: the column keeps the key's previous value, "
+        "like a column wal2json leaves out.",
+    )
     late_arrival_window: str = Field(
         default="3d",
         description="How far back from its interval's end a run looks for landed files not "

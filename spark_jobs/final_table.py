@@ -11,12 +11,13 @@ from pyspark.sql.types import StructType
 from cdc_pipeline.config import TableConfig
 from spark_jobs import delta
 from spark_jobs.common import StepContext, StepReport
-from spark_jobs.transforms import ARRIVAL, FLAG
+from spark_jobs.transforms import ABSENT, ARRIVAL, FLAG
 
 
 def final_schema(staging_schema: StructType) -> StructType:
-    """Final's columns: staging's without the flag (data, partition and arrival columns)."""
-    return StructType([f for f in staging_schema.fields if f.name != FLAG])
+    """Final's columns: staging's without the flag and the absent list (data, partition and
+    arrival columns): final's rows carry every value."""
+    return StructType([f for f in staging_schema.fields if f.name not in (FLAG, ABSENT)])
 
 
 def tombstone_schema(staging_schema: StructType, table: TableConfig) -> StructType:

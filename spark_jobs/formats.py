@@ -27,6 +27,8 @@ else from the format (Debezium's schema, wal2json's types), else from the JSON v
 
 from __future__ import annotations
 
+import base64
+import json
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -37,13 +39,14 @@ from pyspark.sql import functions as F
 
 from cdc_pipeline.config import COLUMN_PATTERN, EVENT_FORMATS, TECHNICAL_PREFIX, TableConfig
 from cdc_pipeline.schema import common_type, normalize_type
-from spark_jobs.transforms import ARRIVAL, FORMAT_ERROR, RAW
+from spark_jobs.transforms import ARRIVAL, CARRIED, FORMAT_ERROR, RAW
 
 KIND = "__kind"
 CHANGES = "__changes"
 OP = "__op"
 IMAGE = "__image"
 TYPES = "__types"
+PRESENT = "__present"  # the columns a change carries (a change without some keeps their values)
 LINE = "value"
 NOT_UTF8 = "malformed line: not valid UTF-8 text (its bytes that are not are U+FFFD in _cdc_raw)"
 
@@ -199,9 +202,34 @@ def _change(op: str | Column, image: Column, types: Column) -> Column:
     )
 
 
+IMAGE_TYPE = "map<string,variant>"
+
+
 def _no_changes() -> Column:
     return F.array().cast(
-        f"array<struct<{OP}:string,{IMAGE}:map<string,variant>,{TYPES}:map<string,string>>>"
+        f"array<struct<{OP}:string,{IMAGE}:{IMAGE_TYPE},{TYPES}:map<string,string>>>"
+    )
+
+
+def _truncate() -> Column:
+    """A truncate: no image; it removes every row whose change is ordered before it."""
+    return _change("T", F.create_map().cast(IMAGE_TYPE), F.lit(None).cast("map<string,string>"))
+
+
+def _without_placeholder(image: Column, placeholder: str) -> Column:
+    """An image without the values Debezium could not read (its `unavailable.value.placeholder`:
+    an unchanged TOASTed value), so they count as not carried; as text, as the base64 of a
+    bytea column, or as the only element of an array."""
+    texts = [placeholder, base64.b64encode(placeholder.encode()).decode()]
+    return F.map_filter(
+        image,
+        lambda _, v: (
+            ~F.coalesce(
+                F.variant_get(v, "$", "string").isin(*texts)
+                | (F.to_json(v) == json.dumps([placeholder])),
+                F.lit(False),
+            )
+        ),
     )
 
 
@@ -291,8 +319,9 @@ def _parse_debezium(
     op = _text(payload, "$.op")
     status = F.try_variant_get(payload, "$.status", "string")
     before = _image(payload, "$.before")
-    after = _image(payload, "$.after")
+    after = _without_placeholder(_image(payload, "$.after"), table.unavailable_value)
     key = F.coalesce(_image(v, "$.key"), _image(payload, "$.key"))
+    truncate = (op == "t") & F.lit(table.apply_truncates)
     kind = _classified(
         [
             (v.isNull(), "malformed"),
@@ -300,6 +329,8 @@ def _parse_debezium(
             (~is_object, "malformed"),
             (status.isin("BEGIN", "END") & op.isNull(), "transaction"),
             (op.isNull(), "malformed"),
+            (truncate, "event"),
+            (op == "t", "truncate"),
             (~op.isin("c", "r", "u", "d"), "ignored"),
         ],
         "event",
@@ -336,7 +367,7 @@ def _parse_debezium(
     )
     for path, spark_type in SOURCE_FIELDS.items():
         error = error.when(
-            op.isin("c", "r", "u", "d") & _wrong_type(payload, path, spark_type),
+            op.isin("c", "r", "u", "d", "t") & _wrong_type(payload, path, spark_type),
             F.lit(f"malformed Debezium event: {path[2:]} is not a valid {spark_type}"),
         )
     kind = F.when((kind == "event") & error.isNotNull(), F.lit("malformed")).otherwise(kind)
@@ -355,6 +386,7 @@ def _parse_debezium(
                 )
             ),
         )
+        .when(truncate, F.array(_truncate()))
         .otherwise(_no_changes())
     )
     source_ts, lsn, binlog_file, binlog_pos, binlog_row = (
@@ -427,11 +459,14 @@ def _parse_wal2json(
     action = _text(v, "$.action")
     new_image, new_types, new_malformed = _wal2json_image(v, "$.columns")
     old_image, old_types, old_malformed = _wal2json_image(v, "$.identity")
+    truncate = (action == "T") & F.lit(table.apply_truncates)
     kind = _classified(
         [
             (v.isNull() | ~is_object, "malformed"),
             (action.isin("B", "C"), "transaction"),
             (action.isNull(), "malformed"),
+            (truncate, "event"),
+            (action == "T", "truncate"),
             (~action.isin("I", "U", "D"), "ignored"),
         ],
         "event",
@@ -469,6 +504,7 @@ def _parse_wal2json(
         F.when(action == "I", F.array(_change("I", new_image, new_types)))
         .when(action == "U", _update(old_image, old_types, new_image, new_types, table.keys))
         .when(action == "D", F.array(_change("D", old_image, old_types)))
+        .when(truncate, F.array(_truncate()))
         .otherwise(_no_changes())
     )
     lsn_text = F.try_variant_get(v, "$.lsn", "string")
@@ -518,10 +554,13 @@ def read_json_changes(spark: SparkSession, table: TableConfig, lines: DataFrame)
             "tombstones_skipped": kinds.get("tombstone", 0),
             "unknown_events_skipped": kinds.get("ignored", 0),
         }
+        if not table.apply_truncates:
+            ignored["truncates_skipped"] = kinds.get("truncate", 0)
     malformed = parsed.filter(F.col(KIND) == "malformed").select(
         F.lit(None).cast("string").alias(OP),
         F.lit(None).cast("map<string,variant>").alias(IMAGE),
         F.lit(None).cast("map<string,string>").alias(TYPES),
+        F.lit(None).cast("array<string>").alias(PRESENT),
         F.make_valid_utf8(F.col(LINE)).alias(RAW),
         F.col(FORMAT_ERROR),
         *[F.col(name) for name in format_columns],
@@ -534,6 +573,7 @@ def read_json_changes(spark: SparkSession, table: TableConfig, lines: DataFrame)
             F.col(f"__change.{OP}").alias(OP),
             F.col(f"__change.{IMAGE}").alias(IMAGE),
             F.col(f"__change.{TYPES}").alias(TYPES),
+            F.map_keys(F.col(f"__change.{IMAGE}")).alias(PRESENT),
             F.lit(None).cast("string").alias(RAW),
             F.lit(None).cast("string").alias(FORMAT_ERROR),
             *[F.col(name) for name in format_columns],
@@ -562,6 +602,7 @@ def read_json_changes(spark: SparkSession, table: TableConfig, lines: DataFrame)
         *projection,
         *[F.col(name) for name in format_columns],
         F.col(OP).alias(table.flag_source),
+        *([F.col(PRESENT).alias(CARRIED)] if table.change_format in EVENT_FORMATS else []),
         F.col(RAW),
         F.col(FORMAT_ERROR),
         *[F.col(c) for c in ARRIVAL],

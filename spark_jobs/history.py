@@ -37,7 +37,16 @@ from cdc_pipeline.config import TableConfig
 from cdc_pipeline.errors import ConfigError
 from spark_jobs import delta
 from spark_jobs.common import StepContext, StepReport
-from spark_jobs.transforms import ARRIVAL, FLAG, columns_as_json, compared_columns, hash_of
+from spark_jobs.transforms import (
+    ABSENT,
+    ARRIVAL,
+    FLAG,
+    TRUNCATE,
+    columns_as_json,
+    compared_columns,
+    hash_of,
+)
+from spark_jobs.truncates import remembered_truncates
 
 BUCKET = "_cdc_key_bucket"
 VALID_FROM = "_cdc_valid_from"
@@ -64,7 +73,7 @@ def history_schema(staging_schema: StructType, table: TableConfig) -> StructType
     boundary = staging_schema[table.sequence_by[0]].dataType
     return StructType(
         [
-            *[f for f in staging_schema.fields if f.name != FLAG],
+            *[f for f in staging_schema.fields if f.name not in (FLAG, ABSENT)],
             StructField(VALID_FROM, boundary, True),
             StructField(VALID_TO, boundary, True),
             StructField(IS_CURRENT, BooleanType(), True),
@@ -81,11 +90,20 @@ def tracked_columns(table: TableConfig, columns: Sequence[str]) -> list[str]:
     return compared_columns(columns, {*table.keys, *table.sequence_by, table.partition_column})
 
 
-def cut_versions(events: DataFrame, table: TableConfig) -> DataFrame:
-    """The versions of every key of `events` (the full change log of those keys)."""
+def cut_versions(
+    events: DataFrame, table: TableConfig, truncates: DataFrame | None = None
+) -> DataFrame:
+    """The versions of every key of `events` (the full change log of those keys).
+
+    A value a change did not carry (`_cdc_absent`) is the key's previous one; a truncate ends
+    the version of every key open at it (a delete of each key with a change before it)."""
     keys = [F.col(k) for k in table.keys]
-    data_columns = [c for c in events.columns if c not in (FLAG, BUCKET)]
     order = [F.col(c) for c in [*table.sequence_by, *ARRIVAL, FLAG]]
+    if truncates is not None:
+        events = _with_truncates(events, table, truncates)
+    if ABSENT in events.columns:
+        events = _carried_forward(events, table, order)
+    data_columns = [c for c in events.columns if c not in (FLAG, BUCKET, ABSENT)]
     by_key = Window.partitionBy(*keys).orderBy(*order)
     is_delete = F.col(FLAG) == "D"
     tracked = tracked_columns(table, data_columns)
@@ -130,6 +148,62 @@ def cut_versions(events: DataFrame, table: TableConfig) -> DataFrame:
             F.coalesce(F.col("__next")["d"], F.lit(False)).alias(IS_DELETED),
             F.col(BUCKET),
         )
+    )
+
+
+def _with_truncates(events: DataFrame, table: TableConfig, truncates: DataFrame) -> DataFrame:
+    """`events` plus, for every truncate and every key with a change before it, a delete of the
+    key at the truncate (truncates are few: broadcast)."""
+    sequence = [F.col(f"`{c}`") for c in table.sequence_by]
+    firsts = events.groupBy(*table.keys).agg(
+        F.min(F.struct(*sequence)).alias("__first"), F.first(BUCKET).alias(BUCKET)
+    )
+    marks = truncates.select(
+        F.struct(*sequence).alias("__at"),
+        *[F.col(c) for c in [*table.sequence_by, *ARRIVAL]],
+    )
+    deletes = (
+        firsts.crossJoin(F.broadcast(marks))
+        .filter(F.col("__at") > F.col("__first"))
+        .select(
+            *table.keys,
+            *[F.col(c) for c in [*table.sequence_by, *ARRIVAL]],
+            F.lit("D").alias(FLAG),
+            F.col(BUCKET),
+        )
+    )
+    return events.unionByName(deletes, allowMissingColumns=True)
+
+
+def _carried_forward(events: DataFrame, table: TableConfig, order: list[Column]) -> DataFrame:
+    """Every value a change did not carry, taken from the key's latest earlier change that did
+    (a delete carries nothing). Left null when none did."""
+    running = (
+        Window.partitionBy(*[F.col(k) for k in table.keys])
+        .orderBy(*order)
+        .rowsBetween(Window.unboundedPreceding, Window.currentRow)
+    )
+    absent = F.coalesce(F.col(ABSENT), F.array().cast("array<string>"))
+    columns = [
+        c
+        for c in events.columns
+        if c not in (FLAG, BUCKET, ABSENT, *table.keys) and not c.startswith("_cdc_")
+    ]
+    filled = {
+        c: F.when(
+            F.array_contains(absent, c),
+            F.last(
+                F.when(
+                    (F.col(FLAG) != "D") & ~F.array_contains(absent, c),
+                    F.struct(F.col(f"`{c}`").alias("v")),
+                ),
+                ignorenulls=True,
+            ).over(running)["v"],
+        ).otherwise(F.col(f"`{c}`"))
+        for c in columns
+    }
+    return events.select(
+        *[filled[c].alias(c) if c in filled else F.col(f"`{c}`") for c in events.columns]
     )
 
 
@@ -219,7 +293,8 @@ def recut(
         history = delta.load_snapshot(paths.history)
         log = delta.load_snapshot(paths.history_log)
         events = delta.read_snapshot(spark, log, partitions=buckets)
-        versions = cut_versions(events, table).select(*history.schema.fieldNames())  # type: ignore[union-attr]
+        truncates = remembered_truncates(context)
+        versions = cut_versions(events, table, truncates).select(*history.schema.fieldNames())  # type: ignore[union-attr]
         # Compared on every attempt: after a conflict, the run that committed first may have
         # cut the same versions.
         if unless_held and holds_exactly(spark, history, buckets, versions):
@@ -241,7 +316,11 @@ def recut(
 
 
 def update_history(
-    context: StepContext, changes: DataFrame, final_rows: DataFrame | None, report: StepReport
+    context: StepContext,
+    changes: DataFrame,
+    final_rows: DataFrame | None,
+    report: StepReport,
+    recut_all: bool = False,
 ) -> None:
     """Log the interval's changes and recut the history of the buckets they touch.
 
@@ -263,15 +342,17 @@ def update_history(
     events = events.withColumn(BUCKET, key_bucket(table)).dropDuplicates(
         [*table.keys, *table.sequence_by, *ARRIVAL]
     )
-    buckets: set[Any] | None = None  # a new log: every bucket is cut
-    if log_before.exists:
+    buckets: set[Any] | None = None  # a new log (or a new truncate): every bucket is cut
+    if log_before.exists and not recut_all:
         bucket_ids = events.select(BUCKET).distinct()
         buckets = {r[0] for r in bucket_ids.collect()}  # metadata: at most history_buckets ints
     logged, _ = append_to_log(context, events, buckets)
     # Nothing logged: a rerun, or a run whose changes another run logged. History is then
     # recut only if it does not hold the cut already (that other run has not recut yet, or
     # crashed before it did).
-    versions, history_version, committed = recut(context, buckets, unless_held=logged == 0)
+    versions, history_version, committed = recut(
+        context, buckets, unless_held=logged == 0 or recut_all
+    )
     rewritten = len(buckets) if buckets is not None else table.history_buckets
     report.counts.update(
         history_changes_logged=logged,
@@ -291,6 +372,7 @@ def flush_staging(context: StepContext, staged: DataFrame, report: StepReport) -
     if not delta.load_snapshot(paths.history_log).exists:
         return  # no history yet: the first overwrite-final seeds it from final
     delta.evolve_table(context.spark, paths.history_log, log_schema(staged.schema))
+    staged = staged.filter(F.col(FLAG) != TRUNCATE)  # truncates live in tombstones
     logged, buckets = append_to_log(context, staged.withColumn(BUCKET, key_bucket(table)), None)
     if buckets:
         recut(context, buckets)

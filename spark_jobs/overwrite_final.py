@@ -27,6 +27,7 @@ from cdc_pipeline.config import TableConfig
 from cdc_pipeline.errors import ConfigError
 from cdc_pipeline.intervals import Interval
 from spark_jobs import applied, catalog, delta, history
+from spark_jobs.absent import fill_absent
 from spark_jobs.append_only import append_inserts
 from spark_jobs.common import StepArgs, StepContext, StepReport, run_step
 from spark_jobs.final_table import (
@@ -43,12 +44,16 @@ from spark_jobs.key_lookup import (
     with_broadcast_hint,
 )
 from spark_jobs.transforms import (
+    ABSENT,
     ARRIVAL,
     BATCH,
     FILE,
     FLAG,
+    TRUNCATE,
     latest_change_per_key,
+    ranking_order,
 )
+from spark_jobs.truncates import Cut, at_or_after, truncate_cut
 
 ROUTE = delta.ROUTE_COLUMN  # "final" or "tombstones": which table an output row is for
 REMEMBERED = "_cdc_remembered"  # a ranked row that came from tombstones
@@ -69,6 +74,8 @@ class Plan:
     touched: set[Any] | None  # None: the table is unpartitioned and rewritten whole
     output: DataFrame  # final's new rows and the new tombstones, told apart by ROUTE
     winners: DataFrame  # the ranked rows (persisted: the verdict and the write both read them)
+    unfilled: int = 0  # winning changes with a column no row of their key carried (null then)
+    forced: bool = False  # a new truncate: the rewrite changes final even if no change wins
 
     def changes_nothing(self) -> bool:
         """True when the rewrite would give final and tombstones exactly the rows they hold.
@@ -78,8 +85,14 @@ class Plan:
         over a row of final. Exact ties go to the copy already in final or tombstones, so a
         change applied before (a rerun, a second extract staged the same) does not count.
         """
+        unfilled = (
+            F.col(FROM_CHANGE) & F.col(ABSENT).isNotNull()
+            if ABSENT in self.winners.columns
+            else F.lit(False)
+        )
         row = self.winners.agg(
             F.count(F.lit(1)).alias("winners"),
+            F.sum(F.when(unfilled, 1).otherwise(0)).alias("unfilled"),
             F.sum(
                 F.when(
                     F.col(FROM_CHANGE)
@@ -88,8 +101,9 @@ class Plan:
                     1,
                 ).otherwise(0)
             ).alias("changing"),
-        ).collect()[0]  # metadata: one row of two counts
-        return bool(row["winners"]) and not row["changing"]
+        ).collect()[0]  # metadata: one row of three counts
+        self.unfilled = int(row["unfilled"] or 0)
+        return not self.forced and bool(row["winners"]) and not row["changing"]
 
     def release(self) -> None:
         """Drop the cached ranking."""
@@ -113,6 +127,7 @@ def plan_rewrite(
     final: delta.Snapshot,
     tombstones: delta.Snapshot,
     attempt: int = 1,
+    cut: Cut | None = None,
 ) -> Plan:
     """Rank the changes against the current rows and tombstones of their keys.
 
@@ -126,7 +141,11 @@ def plan_rewrite(
     keys = list(table.keys)
     change_columns = changes.columns
     keys_df, broadcast = changed.frame, changed.broadcast
-    touched, final_rows = _touched_rows(context, changed, final, attempt)
+    moved = cut is not None and cut.moved
+    touched, final_rows = _touched_rows(context, changed, final, attempt, whole=moved)
+    if moved and cut is not None:
+        # A new truncate: every row whose change is before it goes, in every partition.
+        final_rows = final_rows.filter(at_or_after(table.sequence_by, cut.values))
     small_keys = with_broadcast_hint(keys_df, broadcast)
     remembered = delta.read_snapshot(spark, tombstones).join(small_keys, on=keys, how="left_semi")
     # Every current row of a changed key is ranked, so a key left twice in the touched
@@ -139,24 +158,36 @@ def plan_rewrite(
     # A tie (the same delete staged again and already remembered) goes to the remembered copy,
     # so a delete that wins is new exactly when it is not a remembered one; a tie between a
     # change and its copy in final goes to the copy, so a change applied before is no change.
+    tiebreak = [F.col(REMEMBERED).desc(), F.col(FROM_CHANGE).asc()]
+    order = ranking_order(candidates.columns, table.sequence_by, tiebreak)
+    candidates = fill_absent(candidates, keys, order, FROM_CHANGE)
     winners = latest_change_per_key(
-        candidates,
-        keys,
-        table.sequence_by,
-        tiebreak=[F.col(REMEMBERED).desc(), F.col(FROM_CHANGE).asc()],
+        candidates, keys, table.sequence_by, tiebreak=tiebreak
     ).persist()
     output = _routed_output(table, winners, final_rows, small_keys, change_columns, heal)
-    return Plan(touched, output, winners)
+    if moved and cut is not None and cut.rows is not None:
+        # Remembered (keys null) so later runs drop changes ordered before it.
+        output = output.unionByName(
+            cut.rows.select(
+                *[c for c in change_columns if c not in (FLAG, ABSENT)],
+                F.lit("tombstones").alias(ROUTE),
+            )
+        )
+    return Plan(touched, output, winners, forced=moved)
 
 
 def _touched_rows(
-    context: StepContext, changed: ChangedKeys, final: delta.Snapshot, attempt: int
+    context: StepContext,
+    changed: ChangedKeys,
+    final: delta.Snapshot,
+    attempt: int,
+    whole: bool = False,
 ) -> tuple[set[Any] | None, DataFrame]:
-    """The touched partitions (None: unpartitioned, the whole table) and final's rows in them:
-    the partitions the changes name plus those holding the changed keys now."""
+    """The touched partitions (None: the whole table) and final's rows in them: the partitions
+    the changes name plus those holding the changed keys now; `whole`: every partition."""
     spark, table = context.spark, context.table
     keys_df, broadcast = changed.frame, changed.broadcast
-    if table.partition_column is not None:
+    if table.partition_column is not None and not whole:
         if changed.partitions is None:
             raise ValueError(f"table {table.name}: plan_rewrite needs the changes' partitions")
         if attempt == 1:
@@ -229,7 +260,7 @@ def _routed_output(
     and (unless healing) the other rows of the touched partitions copied as they are."""
     keys = list(table.keys)
     is_delete = F.col(FLAG) == "D"
-    output_columns = [c for c in change_columns if c != FLAG]
+    output_columns = [c for c in change_columns if c not in (FLAG, ABSENT)]
     tombstone_columns = {*keys, *table.sequence_by, *ARRIVAL}
     # One ranking feeds both tables: the upserts go to final, the new deletes to tombstones
     # (with their other columns null).
@@ -252,7 +283,9 @@ def _routed_output(
     return output
 
 
-def apply_changes(context: StepContext, changes: DataFrame, report: StepReport) -> None:
+def apply_changes(
+    context: StepContext, changes: DataFrame, report: StepReport, cut: Cut | None = None
+) -> None:
     """Upsert/delete path: rewrite the touched partitions of final, retrying on conflicts."""
     table, paths = context.table, context.paths
     staging_schema = changes.schema
@@ -269,7 +302,7 @@ def apply_changes(context: StepContext, changes: DataFrame, report: StepReport) 
         "final": (paths.final, partition_by, final_schema(staging_schema).fieldNames()),
         "tombstones": (paths.tombstones, [], tombstone_schema(staging_schema, table).fieldNames()),
     }
-    rewrite = _Rewrite(context, changes, changed, routes, report)
+    rewrite = _Rewrite(context, changes, changed, routes, report, cut)
     try:
         if changed.local is not None and changed.lookup_local is not None:
             report.counts["keys"] = changed.local.num_rows
@@ -296,6 +329,7 @@ class _Rewrite:
     changed: ChangedKeys
     routes: dict[str, tuple[Path, list[str], list[str]]]
     report: StepReport
+    cut: Cut | None = None
     tombstones_added: int = 0
 
     def attempt_rewrite(self, attempt: int) -> int | None:
@@ -304,9 +338,15 @@ class _Rewrite:
         table, paths = context.table, context.paths
         final = delta.load_snapshot(paths.final)
         tombstones = delta.load_snapshot(paths.tombstones)  # after final: see the run order
-        plan = plan_rewrite(context, self.changes, self.changed, final, tombstones, attempt)
+        plan = plan_rewrite(
+            context, self.changes, self.changed, final, tombstones, attempt, self.cut
+        )
         try:
-            if plan.changes_nothing():
+            nothing = plan.changes_nothing()
+            if plan.unfilled:
+                report.counts["changes_with_unknown_values"] = plan.unfilled
+                warn_unfilled(table.name, plan.unfilled)
+            if nothing:
                 # A rerun of an applied interval: nothing to commit, final keeps its version.
                 report.counts.update(
                     partitions_rewritten=0, rows_written=0, final_version=final.version
@@ -358,6 +398,18 @@ class _Rewrite:
         return attempt
 
 
+def warn_unfilled(table: str, count: int) -> None:
+    """Changes that left out a column no earlier row of their key carried: null in final."""
+    print(
+        f"warning: table {table}: {count} change(s) left out columns (an unchanged TOASTed "
+        "value) that no earlier change of their key carried and final did not hold: they are "
+        "null in final. Capture the table's rows first (a Debezium snapshot, op r) so every "
+        "key has a full row to keep values from.",
+        file=sys.stderr,
+        flush=True,
+    )
+
+
 def history_seed(context: StepContext, columns: Sequence[str]) -> DataFrame | None:
     """What is known before history starts, as changes (staging's `columns`): every change still
     in staging, final's rows and the remembered deletes (seeding a new history log)."""
@@ -367,6 +419,10 @@ def history_seed(context: StepContext, columns: Sequence[str]) -> DataFrame | No
         snapshot = delta.load_snapshot(path)
         if snapshot.exists and snapshot.files:
             rows = delta.read_snapshot(spark, snapshot)
+            if flag == "D":
+                rows = rows.filter(F.col(context.table.keys[0]).isNotNull())  # not truncates
+            elif flag is None:
+                rows = rows.filter(F.col(FLAG) != TRUNCATE)
             parts.append(rows.select(*columns) if flag is None else as_changes(rows, columns, flag))
     if not parts:
         return None
@@ -415,12 +471,21 @@ def run_overwrite_final(context: StepContext, interval: Interval) -> StepReport:
         if table.insert_only:
             append_inserts(context, changes, report)
         else:
-            apply_changes(context, changes, report)
+            cut = truncate_cut(context, changes)
+            data_changes = changes.filter(F.col(FLAG) != TRUNCATE)
+            applicable = data_changes
+            if cut is not None:
+                applicable = data_changes.filter(at_or_after(table.sequence_by, cut.values))
+                if cut.moved:
+                    report.counts["truncates_applied"] = cut.rows.count() if cut.rows else 0
+            apply_changes(context, applicable, report, cut)
             if table.history:
                 seed = None
                 if not delta.load_snapshot(paths.history_log).exists:
                     seed = history_seed(context, changes.columns)
-                history.update_history(context, changes, seed, report)
+                history.update_history(
+                    context, data_changes, seed, report, recut_all=cut is not None and cut.moved
+                )
     finally:
         changes.unpersist()
     delta.inject_fault("overwrite_final:before_applied_marks")

@@ -17,7 +17,7 @@ from pyspark.sql import Column, DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 from pyspark.sql.types import LongType, StringType, StructField, StructType
 
-from cdc_pipeline.config import TableConfig
+from cdc_pipeline.config import EVENT_FORMATS, TableConfig
 from cdc_pipeline.errors import CdcError, ConfigError, InputError
 from cdc_pipeline.intervals import HOUR_FOLDER_PATTERN, Interval
 from cdc_pipeline.schema import plan_schema
@@ -27,6 +27,7 @@ from spark_jobs.csv_format import read_csv_changes
 from spark_jobs.formats import ChangeRead, read_json_changes
 from spark_jobs.landing import LandingFile, ParquetPlan, Refusal
 from spark_jobs.transforms import (
+    ABSENT,
     ARRIVAL,
     BATCH,
     FILE,
@@ -155,18 +156,19 @@ def table_column_types(table: TableConfig, staging: delta.Snapshot) -> dict[str,
     """Staging's data columns and types (None before staging exists)."""
     if staging.schema is None:
         return None
-    technical = {*ARRIVAL, FLAG, table.partition_column, *extracts.HASH_COLUMNS}
+    technical = {*ARRIVAL, FLAG, ABSENT, table.partition_column, *extracts.HASH_COLUMNS}
     return {
         f.name: f.dataType.simpleString() for f in staging.schema.fields if f.name not in technical
     }
 
 
 def staging_columns(table: TableConfig, column_types: dict[str, str]) -> list[str]:
-    """Staging's columns: data columns (and a snapshot's hashes), the partition column, the flag
-    and the arrival columns."""
+    """Staging's columns: data columns (and a snapshot's hashes), the partition column, the flag,
+    (event formats) the columns a change did not carry, and the arrival columns."""
     partition = table.partition_by
     hashes = list(extracts.HASH_COLUMNS) if table.change_format == "snapshot" else []
-    return [*column_types, *hashes, *partition, FLAG, *ARRIVAL]
+    absent = [ABSENT] if table.change_format in EVENT_FORMATS else []
+    return [*column_types, *hashes, *partition, FLAG, *absent, *ARRIVAL]
 
 
 def _files_in(
@@ -590,6 +592,9 @@ def _typed_changes(
         changed = delta.evolve_table(spark, paths.staging, typed.select(*columns).schema)
         counts.update(columns_added=len(plan.added), columns_widened=len(plan.widened))
         warn(f"table {table.name}: {interval}: staging schema evolved: {', '.join(changed)}")
+    elif staging.schema is not None and not set(columns) <= set(staging.schema.fieldNames()):
+        # A staging table from before `_cdc_absent` existed gains it (metadata only).
+        delta.evolve_table(spark, paths.staging, typed.select(*columns).schema)
     good = good_changes(typed, columns)
     release: list[Callable[[], Any]] = [typed.unpersist]
     if snapshot_batch is not None:

@@ -11,7 +11,7 @@ from datetime import UTC, datetime
 from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 
-from cdc_pipeline.config import TableConfig
+from cdc_pipeline.config import EVENT_FORMATS, TECHNICAL_PREFIX, TableConfig
 from cdc_pipeline.durations import parse_duration
 from cdc_pipeline.schema import normalize_type
 
@@ -24,6 +24,11 @@ RAW = "_cdc_raw"
 FORMAT_ERROR = "_cdc_format_error"
 ARRIVAL = (BATCH, FILE, ROW)
 VALID_FLAGS = ("I", "U", "D")
+TRUNCATE = "T"  # an event format's truncate: every row ordered before it goes
+# The columns an event carries (read frame), and staging's list of the data columns a change
+# did not carry (null: it carried every column): such a column keeps the key's previous value.
+CARRIED = "__carried"
+ABSENT = "_cdc_absent"
 RAW_PREFIX = "__raw_"
 # The instants Python (datetime), pyarrow's conversions and so the driver-side steps can hold:
 # 0001-01-01T00:00:00 and 9999-12-31T23:59:59.999999 UTC, as microseconds and days since the
@@ -101,6 +106,8 @@ def type_changes(
         flag = F.lit("I")
         raw_flag = F.lit(None).cast("string")
     projections += [flag.alias(FLAG), raw_flag.alias(raw_name(flag_source))]
+    if CARRIED in available:
+        projections.append(_absent(table, column_types, flag).alias(ABSENT))
     for column in (RAW, FORMAT_ERROR):
         value = F.col(column) if column in available else F.lit(None).cast("string")
         projections.append(value.alias(column))
@@ -119,6 +126,24 @@ def type_changes(
         REASON,
         quarantine_reason(table, column_types, typed.columns, partition_type, datetime.now(UTC)),
     )
+
+
+def _absent(table: TableConfig, column_types: dict[str, str], flag: Column) -> Column:
+    """The data columns an insert or update did not carry (an unchanged TOASTed value wal2json
+    leaves out, a Debezium placeholder), as a sorted array; null when it carried them all.
+
+    Every column staging has counts, not only the batch's: an hour whose updates all leave out
+    a column still keeps its values."""
+    names = sorted(
+        c for c in column_types if c not in table.keys and not c.startswith(TECHNICAL_PREFIX)
+    )
+    if not names:
+        return F.lit(None).cast("array<string>")
+    missing = F.filter(
+        F.array(*[F.lit(n) for n in names]),
+        lambda n: ~F.array_contains(F.col(CARRIED), n),
+    )
+    return F.when(flag.isin("I", "U") & (F.size(missing) > 0), missing).cast("array<string>")
 
 
 def _outside_years(value: Column, spark_type: str) -> Column:
@@ -180,10 +205,12 @@ def quarantine_reason(
     `partition_type` is the partition column's type (its values are range-checked when it is a
     date or timestamp); `now` is when the stage runs, for `max_sequence_ahead` (default: now).
     """
+    flags = [*VALID_FLAGS, TRUNCATE] if table.change_format in EVENT_FORMATS else VALID_FLAGS
+    is_truncate = F.col(FLAG) == TRUNCATE
     checks: list[Column] = [
         F.col(FORMAT_ERROR),
         F.when(
-            F.col(FLAG).isNull() | ~F.col(FLAG).isin(*VALID_FLAGS),
+            F.col(FLAG).isNull() | ~F.col(FLAG).isin(*flags),
             F.concat(
                 F.lit(f"unknown flag in {table.flag_source}: '"),
                 F.coalesce(F.col(raw_name(table.flag_source)), F.lit("null")),
@@ -194,8 +221,10 @@ def quarantine_reason(
     if table.insert_only:
         checks.append(F.when(F.col(FLAG) == "D", F.lit("delete on an insert_only table")))
     for key in table.keys:
-        checks.append(F.when(F.col(raw_name(key)).isNull(), F.lit(f"null key column {key}")))
-    is_delete = F.col(FLAG) == "D"
+        checks.append(
+            F.when(F.col(raw_name(key)).isNull() & ~is_truncate, F.lit(f"null key column {key}"))
+        )
+    is_delete = F.col(FLAG).isin("D", TRUNCATE)  # a truncate carries no values at all
     identity = set(table.keys) | set(table.sequence_by)
     for column, spark_type in column_types.items():
         unparsable = F.col(raw_name(column)).isNotNull() & F.col(column).isNull()
@@ -324,6 +353,19 @@ def arrival_order() -> list[Column]:
     return [F.col(c).desc() for c in ARRIVAL]
 
 
+def ranking_order(
+    columns: Sequence[str], sequence_by: Sequence[str], tiebreak: Sequence[Column] = ()
+) -> list[Column]:
+    """The order of a key's changes, latest first: sequence_by, arrival, the flag, `tiebreak`."""
+    order = [F.col(c).desc() for c in sequence_by] + arrival_order()
+    if FLAG in columns:
+        # Equal sequence and arrival means the same change seen twice (staged and in final):
+        # any copy is right, but the choice is made deterministic.
+        order.append(F.col(FLAG).desc())
+    order.extend(tiebreak)
+    return order
+
+
 def latest_change_per_key(
     changes: DataFrame,
     keys: Sequence[str],
@@ -332,12 +374,7 @@ def latest_change_per_key(
 ) -> DataFrame:
     """The latest change of every key: ROW_NUMBER over keys ORDER BY sequence_by DESC, arrival
     DESC (then `tiebreak`, for copies of the same change)."""
-    order = [F.col(c).desc() for c in sequence_by] + arrival_order()
-    if FLAG in changes.columns:
-        # Equal sequence and arrival means the same change seen twice (staged and in final):
-        # any copy is right, but the choice is made deterministic.
-        order.append(F.col(FLAG).desc())
-    order.extend(tiebreak)
+    order = ranking_order(changes.columns, sequence_by, tiebreak)
     window = Window.partitionBy(*[F.col(k) for k in keys]).orderBy(*order)
     return (
         changes.withColumn("_cdc_rank", F.row_number().over(window))

@@ -1,0 +1,152 @@
+"""Columns a change did not carry keep the key's previous value (absent is not NULL).
+
+PostgreSQL does not send an unchanged TOASTed value (large text, jsonb, bytea) in an update:
+wal2json leaves the column out of `columns`, Debezium sends its unavailable-value placeholder.
+Stage records such columns in `_cdc_absent`; overwrite-final fills them before ranking, from
+the latest earlier row of the same key that carried them: an earlier change of the batch, else
+the key's row in final. A delete carries nothing, so a change after it never takes a value from
+before it, and the delete's own fill is the key's last state: a primary-key change (a D of the
+old key and a change of the new key, from the same line) gives the new key the old key's values
+that way, in a second pass run only when such a change is left unfilled.
+
+"Earlier" is the order the ranking uses (sequence_by, then arrival, then the ranking's
+tiebreaks), so a change applied again (a rerun) or out of order fills exactly as in order. The
+cost follows the ranked rows: one more window over the same partitioning as the ranking.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from pyspark.sql import Column, DataFrame, Window
+from pyspark.sql import functions as F
+
+from spark_jobs.transforms import ABSENT, ARRIVAL, FLAG, quoted
+
+FILL = "__fill_"  # the struct holding a column's filled value
+SYNTHETIC = "__cdc_seed"  # a second-pass row carrying the old key's values to the new key
+
+
+def fillable(columns: Sequence[str], keys: Sequence[str]) -> list[str]:
+    """The columns a change may leave out: data columns, not keys, not technical."""
+    return [c for c in columns if c not in keys and not c.startswith("_cdc_")]
+
+
+def fill_absent(
+    candidates: DataFrame, keys: Sequence[str], order: Sequence[Column], from_change: str
+) -> DataFrame:
+    """`candidates` with every absent value filled; `_cdc_absent` then lists the columns no
+    earlier row carried (null when none): the caller counts them.
+
+    `order` is the ranking's order, latest first; `from_change` the boolean column telling the
+    interval's changes from the rows of final and tombstones.
+    """
+    if ABSENT not in candidates.columns:
+        return candidates
+    columns = fillable(candidates.columns, keys)
+    if not columns:
+        return candidates
+    first = _fill_pass(candidates.withColumn(SYNTHETIC, F.lit(False)), keys, order, columns)
+    absent = F.coalesce(F.col(ABSENT), F.array().cast("array<string>"))
+    unfilled = F.exists(
+        absent, lambda n: _any_unfilled(n, columns)
+    )  # a change some of whose absent columns no earlier row of its key carried
+    moved = first.filter(F.col(from_change) & (F.col(FLAG) != "D") & unfilled).select(*ARRIVAL)
+    old_keys = first.filter(F.col(from_change) & (F.col(FLAG) == "D")).select(
+        *ARRIVAL, *[F.col(FILL + c).alias("__old_" + c) for c in columns]
+    )
+    pairs = moved.join(old_keys, on=list(ARRIVAL), how="inner")
+    if pairs.isEmpty():  # metadata: whether any key change needs the old key's values
+        return _resolved(first, columns)
+    # The second pass: one seed row per key change, of the new key, ordered just before the
+    # change (same sequence and arrival, after it in the ranking order), carrying what the old
+    # key held (its columns nothing carried stay absent).
+    seeds = (
+        candidates.filter(F.col(from_change) & (F.col(FLAG) != "D"))
+        .join(pairs, on=list(ARRIVAL), how="inner")
+        .select(
+            *[
+                F.col("__old_" + c)["v"].alias(c)
+                if c in columns
+                else (
+                    F.array_compact(
+                        F.array(*[F.when(F.col("__old_" + n).isNull(), F.lit(n)) for n in columns])
+                    ).alias(c)
+                    if c == ABSENT
+                    else F.col(quoted(c))
+                )
+                for c in candidates.columns
+            ],
+        )
+        .withColumn(SYNTHETIC, F.lit(True))
+    )
+    both = candidates.withColumn(SYNTHETIC, F.lit(False)).unionByName(seeds)
+    second = _fill_pass(both, keys, order, columns).filter(~F.col(SYNTHETIC))
+    return _resolved(second, columns)
+
+
+def _any_unfilled(name: Column, columns: Sequence[str]) -> Column:
+    result = F.lit(False)
+    for c in columns:
+        result = result | ((name == F.lit(c)) & F.col(FILL + c).isNull())
+    return result
+
+
+def _fill_pass(
+    rows: DataFrame, keys: Sequence[str], order: Sequence[Column], columns: Sequence[str]
+) -> DataFrame:
+    """Each row gets, per column, the value of the latest row at or before it (in the ranking's
+    order) that carried the column, as a struct (null: none did)."""
+    window = (
+        Window.partitionBy(*[F.col(quoted(k)) for k in keys])
+        .orderBy(*order, F.col(SYNTHETIC).asc())
+        .rowsBetween(Window.currentRow, Window.unboundedFollowing)
+    )
+    absent = F.coalesce(F.col(ABSENT), F.array().cast("array<string>"))
+    carries = F.col(FLAG) != "D"
+    return rows.select(
+        "*",
+        *[
+            F.first(
+                F.when(
+                    carries & ~F.array_contains(absent, c),
+                    F.struct(F.col(quoted(c)).alias("v")),
+                ),
+                ignorenulls=True,
+            )
+            .over(window)
+            .alias(FILL + c)
+            for c in columns
+        ],
+    )
+
+
+def _resolved(rows: DataFrame, columns: Sequence[str]) -> DataFrame:
+    """The filled values in place; `_cdc_absent` left with the columns nothing carried."""
+    absent = F.coalesce(F.col(ABSENT), F.array().cast("array<string>"))
+    unfilled = F.array_compact(
+        F.array(
+            *[
+                F.when(F.array_contains(absent, c) & F.col(FILL + c).isNull(), F.lit(c))
+                for c in columns
+            ]
+        )
+    )
+    filled = {
+        c: F.when(F.array_contains(absent, c), F.col(FILL + c)["v"]).otherwise(F.col(quoted(c)))
+        for c in columns
+    }
+    out = rows.select(
+        *[
+            filled[c].alias(c)
+            if c in filled
+            else (
+                F.when(F.size(unfilled) > 0, unfilled).cast("array<string>").alias(ABSENT)
+                if c == ABSENT
+                else F.col(quoted(c))
+            )
+            for c in rows.columns
+            if not c.startswith(FILL) and c != SYNTHETIC
+        ]
+    )
+    return out
