@@ -9,7 +9,8 @@ JARS_STAMP := jars/.fetched
 install: $(STAMP) $(JARS_STAMP)
 
 # Debian packages: Java 17 for Spark; docker-compose to validate docker-compose.yaml (no engine);
-# Chromium and its driver for the browser test.
+# Chromium and its driver for the browser test; PostgreSQL 15 and wal2json for the real-source
+# test (started by the tests on 127.0.0.1, never as a service).
 system:
 	@missing=""; \
 	command -v java >/dev/null 2>&1 || missing="$$missing openjdk-17-jre-headless"; \
@@ -17,6 +18,8 @@ system:
 	command -v chromium >/dev/null 2>&1 || missing="$$missing chromium"; \
 	command -v chromedriver >/dev/null 2>&1 || missing="$$missing chromium-driver"; \
 	command -v mvn >/dev/null 2>&1 || missing="$$missing maven"; \
+	test -x /usr/lib/postgresql/15/bin/postgres || missing="$$missing postgresql-15"; \
+	test -e /usr/lib/postgresql/15/lib/wal2json.so || missing="$$missing postgresql-15-wal2json"; \
 	if [ -n "$$missing" ]; then \
 	  echo "installing Debian packages:$$missing"; \
 	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; \

@@ -7,7 +7,8 @@ the latest earlier row of the same key that carried them: an earlier change of t
 the key's row in final. A delete carries nothing, so a change after it never takes a value from
 before it, and the delete's own fill is the key's last state: a primary-key change (a D of the
 old key and a change of the new key, from the same line) gives the new key the old key's values
-that way, in a second pass run only when such a change is left unfilled.
+that way, in further passes run only when such a change is left unfilled (one per link of a
+chain of key changes).
 
 "Earlier" is the order the ranking uses (sequence_by, then arrival, then the ranking's
 tiebreaks), so a change applied again (a rerun) or out of order fills exactly as in order. The
@@ -24,7 +25,8 @@ from pyspark.sql import functions as F
 from spark_jobs.transforms import ABSENT, ARRIVAL, FLAG, quoted
 
 FILL = "__fill_"  # the struct holding a column's filled value
-SYNTHETIC = "__cdc_seed"  # a second-pass row carrying the old key's values to the new key
+SYNTHETIC = "__cdc_seed"  # a later pass's row carrying the old key's values to the new key
+MAX_PASSES = 20  # links of a chain of key changes resolved in one step (more stay unfilled)
 
 
 def fillable(columns: Sequence[str], keys: Sequence[str]) -> list[str]:
@@ -48,20 +50,56 @@ def fill_absent(
         return candidates
     first = _fill_pass(candidates.withColumn(SYNTHETIC, F.lit(False)), keys, order, columns)
     absent = F.coalesce(F.col(ABSENT), F.array().cast("array<string>"))
-    unfilled = F.exists(
-        absent, lambda n: _any_unfilled(n, columns)
-    )  # a change some of whose absent columns no earlier row of its key carried
-    moved = first.filter(F.col(from_change) & (F.col(FLAG) != "D") & unfilled).select(*ARRIVAL)
-    old_keys = first.filter(F.col(from_change) & (F.col(FLAG) == "D")).select(
+    # Changes some of whose absent columns no earlier row of their key carried.
+    unfilled = F.exists(absent, lambda n: _any_unfilled(n, columns))
+    moved = (
+        first.filter(F.col(from_change) & (F.col(FLAG) != "D") & unfilled)
+        .select(*ARRIVAL)
+        .join(
+            first.filter(F.col(from_change) & (F.col(FLAG) == "D")).select(*ARRIVAL),
+            on=list(ARRIVAL),
+            how="left_semi",
+        )
+        .persist()
+    )
+    try:
+        left = moved.count()  # metadata: key changes that need the old key's values
+        if not left:
+            return _resolved(first, columns)
+        # Each further pass seeds every such change's new key with what its old key held one
+        # pass before (a seed row ordered just after the change); a chain of key changes
+        # resolves one link per pass, until no pass fills more.
+        current = first
+        for _ in range(MAX_PASSES):
+            seeds = _seeds(candidates, current, moved, columns, from_change)
+            both = candidates.withColumn(SYNTHETIC, F.lit(False)).unionByName(seeds)
+            current = _fill_pass(both, keys, order, columns).filter(~F.col(SYNTHETIC))
+            still = (
+                current.filter(F.col(from_change) & (F.col(FLAG) != "D") & unfilled)
+                .join(moved, on=list(ARRIVAL), how="left_semi")
+                .count()
+            )  # metadata: how many are still unfilled
+            if still == 0 or still >= left:
+                break
+            left = still
+        return _resolved(current, columns)
+    finally:
+        moved.unpersist()
+
+
+def _seeds(
+    candidates: DataFrame,
+    filled: DataFrame,
+    moved: DataFrame,
+    columns: Sequence[str],
+    from_change: str,
+) -> DataFrame:
+    """One row per key change: the new key's change, with the old key's filled values."""
+    old_keys = filled.filter(F.col(from_change) & (F.col(FLAG) == "D")).select(
         *ARRIVAL, *[F.col(FILL + c).alias("__old_" + c) for c in columns]
     )
     pairs = moved.join(old_keys, on=list(ARRIVAL), how="inner")
-    if pairs.isEmpty():  # metadata: whether any key change needs the old key's values
-        return _resolved(first, columns)
-    # The second pass: one seed row per key change, of the new key, ordered just before the
-    # change (same sequence and arrival, after it in the ranking order), carrying what the old
-    # key held (its columns nothing carried stay absent).
-    seeds = (
+    return (
         candidates.filter(F.col(from_change) & (F.col(FLAG) != "D"))
         .join(pairs, on=list(ARRIVAL), how="inner")
         .select(
@@ -80,9 +118,6 @@ def fill_absent(
         )
         .withColumn(SYNTHETIC, F.lit(True))
     )
-    both = candidates.withColumn(SYNTHETIC, F.lit(False)).unionByName(seeds)
-    second = _fill_pass(both, keys, order, columns).filter(~F.col(SYNTHETIC))
-    return _resolved(second, columns)
 
 
 def _any_unfilled(name: Column, columns: Sequence[str]) -> Column:

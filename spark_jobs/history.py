@@ -36,6 +36,7 @@ from pyspark.sql.types import BooleanType, IntegerType, StructField, StructType
 from cdc_pipeline.config import TableConfig
 from cdc_pipeline.errors import ConfigError
 from spark_jobs import delta
+from spark_jobs.absent import fill_absent
 from spark_jobs.common import StepContext, StepReport
 from spark_jobs.transforms import (
     ABSENT,
@@ -102,7 +103,13 @@ def cut_versions(
     if truncates is not None:
         events = _with_truncates(events, table, truncates)
     if ABSENT in events.columns:
-        events = _carried_forward(events, table, order)
+        # The key's earlier changes carry what a change left out (a key change: the old key's).
+        events = fill_absent(
+            events.withColumn("__change", F.lit(True)),
+            table.keys,
+            [c.desc() for c in order],
+            "__change",
+        ).drop("__change")
     data_columns = [c for c in events.columns if c not in (FLAG, BUCKET, ABSENT)]
     by_key = Window.partitionBy(*keys).orderBy(*order)
     is_delete = F.col(FLAG) == "D"
@@ -173,38 +180,6 @@ def _with_truncates(events: DataFrame, table: TableConfig, truncates: DataFrame)
         )
     )
     return events.unionByName(deletes, allowMissingColumns=True)
-
-
-def _carried_forward(events: DataFrame, table: TableConfig, order: list[Column]) -> DataFrame:
-    """Every value a change did not carry, taken from the key's latest earlier change that did
-    (a delete carries nothing). Left null when none did."""
-    running = (
-        Window.partitionBy(*[F.col(k) for k in table.keys])
-        .orderBy(*order)
-        .rowsBetween(Window.unboundedPreceding, Window.currentRow)
-    )
-    absent = F.coalesce(F.col(ABSENT), F.array().cast("array<string>"))
-    columns = [
-        c
-        for c in events.columns
-        if c not in (FLAG, BUCKET, ABSENT, *table.keys) and not c.startswith("_cdc_")
-    ]
-    filled = {
-        c: F.when(
-            F.array_contains(absent, c),
-            F.last(
-                F.when(
-                    (F.col(FLAG) != "D") & ~F.array_contains(absent, c),
-                    F.struct(F.col(f"`{c}`").alias("v")),
-                ),
-                ignorenulls=True,
-            ).over(running)["v"],
-        ).otherwise(F.col(f"`{c}`"))
-        for c in columns
-    }
-    return events.select(
-        *[filled[c].alias(c) if c in filled else F.col(f"`{c}`") for c in events.columns]
-    )
 
 
 def _check_buckets(table: TableConfig, snapshot: delta.Snapshot) -> None:

@@ -74,6 +74,7 @@ class Plan:
     touched: set[Any] | None  # None: the table is unpartitioned and rewritten whole
     output: DataFrame  # final's new rows and the new tombstones, told apart by ROUTE
     winners: DataFrame  # the ranked rows (persisted: the verdict and the write both read them)
+    filled: DataFrame  # the changes with the values they did not carry filled in (for history)
     unfilled: int = 0  # winning changes with a column no row of their key carried (null then)
     forced: bool = False  # a new truncate: the rewrite changes final even if no change wins
 
@@ -161,6 +162,7 @@ def plan_rewrite(
     tiebreak = [F.col(REMEMBERED).desc(), F.col(FROM_CHANGE).asc()]
     order = ranking_order(candidates.columns, table.sequence_by, tiebreak)
     candidates = fill_absent(candidates, keys, order, FROM_CHANGE)
+    filled = candidates.filter(F.col(FROM_CHANGE)).select(*change_columns)
     winners = latest_change_per_key(
         candidates, keys, table.sequence_by, tiebreak=tiebreak
     ).persist()
@@ -173,7 +175,7 @@ def plan_rewrite(
                 F.lit("tombstones").alias(ROUTE),
             )
         )
-    return Plan(touched, output, winners, forced=moved)
+    return Plan(touched, output, winners, filled, forced=moved)
 
 
 def _touched_rows(
@@ -285,7 +287,8 @@ def _routed_output(
 
 def apply_changes(
     context: StepContext, changes: DataFrame, report: StepReport, cut: Cut | None = None
-) -> None:
+) -> DataFrame:
+    """Returns the changes with the values they did not carry filled in (what history logs)."""
     """Upsert/delete path: rewrite the touched partitions of final, retrying on conflicts."""
     table, paths = context.table, context.paths
     staging_schema = changes.schema
@@ -318,6 +321,7 @@ def apply_changes(
     finally:
         changed.release()
     report.counts.update(tombstones_added=rewrite.tombstones_added, attempts=attempts)
+    return rewrite.filled if rewrite.filled is not None else changes
 
 
 @dataclass
@@ -331,6 +335,7 @@ class _Rewrite:
     report: StepReport
     cut: Cut | None = None
     tombstones_added: int = 0
+    filled: DataFrame | None = None
 
     def attempt_rewrite(self, attempt: int) -> int | None:
         """One attempt from fresh snapshots; its number when done, None after a lost race."""
@@ -341,6 +346,7 @@ class _Rewrite:
         plan = plan_rewrite(
             context, self.changes, self.changed, final, tombstones, attempt, self.cut
         )
+        self.filled = plan.filled
         try:
             nothing = plan.changes_nothing()
             if plan.unfilled:
@@ -478,13 +484,18 @@ def run_overwrite_final(context: StepContext, interval: Interval) -> StepReport:
                 applicable = data_changes.filter(at_or_after(table.sequence_by, cut.values))
                 if cut.moved:
                     report.counts["truncates_applied"] = cut.rows.count() if cut.rows else 0
-            apply_changes(context, applicable, report, cut)
+            filled = apply_changes(context, applicable, report, cut)
             if table.history:
+                # History logs every change with its values filled in (a change before a
+                # truncate too: its version ends at the truncate).
+                if cut is not None:
+                    before = data_changes.filter(~at_or_after(table.sequence_by, cut.values))
+                    filled = filled.unionByName(before)
                 seed = None
                 if not delta.load_snapshot(paths.history_log).exists:
                     seed = history_seed(context, changes.columns)
                 history.update_history(
-                    context, data_changes, seed, report, recut_all=cut is not None and cut.moved
+                    context, filled, seed, report, recut_all=cut is not None and cut.moved
                 )
     finally:
         changes.unpersist()
