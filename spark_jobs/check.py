@@ -26,6 +26,7 @@ import traceback
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from functools import reduce
 from pathlib import Path
 from typing import Any
 
@@ -99,6 +100,20 @@ def _example(row: Any, columns: Sequence[str]) -> str:
     return ",".join(f"{c}={row[c]}" for c in columns)
 
 
+def _pending(applied: Column) -> Column:
+    """A key's staged change is later than final's and tombstones' (`applied`) and than the
+    latest truncate (`cut`): staged but not applied."""
+    after_cut = F.col("cut").isNull() | (F.col("s") > F.col("cut"))
+    return F.col("s").isNotNull() & (applied.isNull() | (F.col("s") > applied)) & after_cut
+
+
+def _truncate_cut(rows: DataFrame, first_key: str) -> DataFrame:
+    """One row: the latest applied truncate's order (a tombstone with null keys), or null.
+    Staged changes ordered before it are not pending: they are truncated."""
+    tombstone = (F.col("source") == "tombstones") & F.col(first_key).isNull()
+    return rows.filter(tombstone).agg(F.max(F.col("o")).alias("cut"))
+
+
 def _order(prefix: str, columns: Sequence[str]) -> Column:
     """The rank order of a change, (sequence_by..., arrival...), as one comparable struct."""
     return F.struct(*[F.col(f"{prefix}{c}").alias(c) for c in columns])
@@ -166,9 +181,7 @@ def _key_breaches(
     if not parts:
         counts["keys"] = 0
         return []
-    rows = parts[0]
-    for part in parts[1:]:
-        rows = rows.unionByName(part)
+    rows = reduce(DataFrame.unionByName, parts)
     source, o = F.col("source"), F.col("o")
     per_key = rows.groupBy(*keys).agg(
         F.sum(F.when(source == "final", 1).otherwise(0)).alias("n"),
@@ -178,12 +191,14 @@ def _key_breaches(
         F.max(F.when(source == "tombstones", o)).alias("t"),
         F.max(F.when(source == "staging", o)).alias("s"),
     )
+    if not table.insert_only:
+        per_key = per_key.crossJoin(F.broadcast(_truncate_cut(rows, keys[0])))
     moved = F.coalesce(F.col("p_min") != F.col("p_max"), F.lit(False))
     applied = F.greatest(F.col("f"), F.col("t"))
     rules = {"repeated": (F.col("n") > 1) & ~moved, "moved": moved}
     if not table.insert_only:
         rules["deleted"] = (F.col("n") > 0) & F.coalesce(F.col("t") > F.col("f"), F.lit(False))
-        rules["pending"] = F.col("s").isNotNull() & (applied.isNull() | (F.col("s") > applied))
+        rules["pending"] = _pending(applied)
     key = F.struct(*[F.col(k) for k in keys])
     counts["keys"], found, examples = _tally(per_key, F.col("n") > 0, rules, key)
     example = {name: _example(examples[name], keys) for name in rules if found[name]}

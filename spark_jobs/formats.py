@@ -373,21 +373,8 @@ def _parse_debezium(
     kind = F.when((kind == "event") & error.isNotNull(), F.lit("malformed")).otherwise(kind)
     after_types = _debezium_types(v, "after")
     before_types = _debezium_types(v, "before")
-    changes = (
-        F.when(op.isin("c", "r"), F.array(_change("I", after, after_types)))
-        .when(op == "u", _update(before, before_types, after, after_types, table.keys))
-        .when(
-            op == "d",
-            F.array(
-                _change(
-                    "D",
-                    F.coalesce(before, key),
-                    F.when(before.isNotNull(), before_types),
-                )
-            ),
-        )
-        .when(truncate, F.array(_truncate()))
-        .otherwise(_no_changes())
+    changes = _debezium_changes(
+        table, op, truncate, (before, before_types), (after, after_types), key
     )
     source_ts, lsn, binlog_file, binlog_pos, binlog_row = (
         F.try_variant_get(payload, path, spark_type) for path, spark_type in SOURCE_FIELDS.items()
@@ -414,6 +401,35 @@ def _parse_debezium(
         "_cdc_position": position,
     }
     return kind, error, changes, columns
+
+
+def _debezium_changes(
+    table: TableConfig,
+    op: Column,
+    truncate: Column,
+    before: tuple[Column, Column],
+    after: tuple[Column, Column],
+    key: Column,
+) -> Column:
+    """A Debezium event's changes: c/r an insert of `after`, u an update (a key change: a
+    delete of the old key too), d a delete of `before` (or of `key`), t a truncate."""
+    before_image, before_types = before
+    return (
+        F.when(op.isin("c", "r"), F.array(_change("I", *after)))
+        .when(op == "u", _update(*before, *after, table.keys))
+        .when(
+            op == "d",
+            F.array(
+                _change(
+                    "D",
+                    F.coalesce(before_image, key),
+                    F.when(before_image.isNotNull(), before_types),
+                )
+            ),
+        )
+        .when(truncate, F.array(_truncate()))
+        .otherwise(_no_changes())
+    )
 
 
 def _wal2json_image(v: Column, path: str) -> tuple[Column, Column, Column]:
@@ -500,12 +516,8 @@ def _parse_wal2json(
         )
     )
     kind = F.when((kind == "event") & error.isNotNull(), F.lit("malformed")).otherwise(kind)
-    changes = (
-        F.when(action == "I", F.array(_change("I", new_image, new_types)))
-        .when(action == "U", _update(old_image, old_types, new_image, new_types, table.keys))
-        .when(action == "D", F.array(_change("D", old_image, old_types)))
-        .when(truncate, F.array(_truncate()))
-        .otherwise(_no_changes())
+    changes = _wal2json_changes(
+        table, action, truncate, (new_image, new_types), (old_image, old_types)
     )
     lsn_text = F.try_variant_get(v, "$.lsn", "string")
     lsn = lsn_number(lsn_text)
@@ -514,6 +526,23 @@ def _parse_wal2json(
         "_cdc_position": F.coalesce(F.lpad(lsn.cast("string"), 20, "0"), F.lit("")),
     }
     return kind, error, changes, columns
+
+
+def _wal2json_changes(
+    table: TableConfig,
+    action: Column,
+    truncate: Column,
+    new: tuple[Column, Column],
+    old: tuple[Column, Column],
+) -> Column:
+    """A wal2json line's changes from its (image, types) of `columns` and of `identity`."""
+    return (
+        F.when(action == "I", F.array(_change("I", *new)))
+        .when(action == "U", _update(*old, *new, table.keys))
+        .when(action == "D", F.array(_change("D", *old)))
+        .when(truncate, F.array(_truncate()))
+        .otherwise(_no_changes())
+    )
 
 
 PARSERS = {
@@ -545,17 +574,7 @@ def read_json_changes(spark: SparkSession, table: TableConfig, lines: DataFrame)
         )
         .persist()
     )
-    ignored: dict[str, int] = {}
-    if table.change_format in EVENT_FORMATS:  # flat lines have no such kinds: no Spark job
-        counts = parsed.groupBy(KIND).count().collect()  # metadata: a count per kind
-        kinds = {r[KIND]: int(r["count"]) for r in counts}
-        ignored = {
-            "transaction_markers": kinds.get("transaction", 0),
-            "tombstones_skipped": kinds.get("tombstone", 0),
-            "unknown_events_skipped": kinds.get("ignored", 0),
-        }
-        if not table.apply_truncates:
-            ignored["truncates_skipped"] = kinds.get("truncate", 0)
+    ignored = _skipped_counts(table, parsed)
     malformed = parsed.filter(F.col(KIND) == "malformed").select(
         F.lit(None).cast("string").alias(OP),
         F.lit(None).cast("map<string,variant>").alias(IMAGE),
@@ -610,6 +629,22 @@ def read_json_changes(spark: SparkSession, table: TableConfig, lines: DataFrame)
     for name, spark_type in table.format_columns.items():
         batch_types[name] = spark_type
     return ChangeRead(frame, batch_types, ignored, undeclared, cached=parsed)
+
+
+def _skipped_counts(table: TableConfig, parsed: DataFrame) -> dict[str, int]:
+    """The lines an event format skips, by kind (flat lines have none: no Spark job)."""
+    if table.change_format not in EVENT_FORMATS:
+        return {}
+    counts = parsed.groupBy(KIND).count().collect()  # metadata: a count per kind
+    kinds = {r[KIND]: int(r["count"]) for r in counts}
+    ignored = {
+        "transaction_markers": kinds.get("transaction", 0),
+        "tombstones_skipped": kinds.get("tombstone", 0),
+        "unknown_events_skipped": kinds.get("ignored", 0),
+    }
+    if not table.apply_truncates:
+        ignored["truncates_skipped"] = kinds.get("truncate", 0)
+    return ignored
 
 
 def column_names(

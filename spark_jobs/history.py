@@ -100,16 +100,7 @@ def cut_versions(
     the version of every key open at it (a delete of each key with a change before it)."""
     keys = [F.col(k) for k in table.keys]
     order = [F.col(c) for c in [*table.sequence_by, *ARRIVAL, FLAG]]
-    if truncates is not None:
-        events = _with_truncates(events, table, truncates)
-    if ABSENT in events.columns:
-        # The key's earlier changes carry what a change left out (a key change: the old key's).
-        events = fill_absent(
-            events.withColumn("__change", F.lit(True)),
-            table.keys,
-            [c.desc() for c in order],
-            "__change",
-        ).drop("__change")
+    events = _completed(events, table, truncates, order)
     data_columns = [c for c in events.columns if c not in (FLAG, BUCKET, ABSENT)]
     by_key = Window.partitionBy(*keys).orderBy(*order)
     is_delete = F.col(FLAG) == "D"
@@ -156,6 +147,23 @@ def cut_versions(
             F.col(BUCKET),
         )
     )
+
+
+def _completed(
+    events: DataFrame, table: TableConfig, truncates: DataFrame | None, order: list[Column]
+) -> DataFrame:
+    """The events plus the deletes truncates imply, with the values they did not carry."""
+    if truncates is not None:
+        events = _with_truncates(events, table, truncates)
+    if ABSENT in events.columns:
+        # The key's earlier changes carry what a change left out (a key change: the old key's).
+        events = fill_absent(
+            events.withColumn("__change", F.lit(True)),
+            table.keys,
+            [c.desc() for c in order],
+            "__change",
+        ).drop("__change")
+    return events
 
 
 def _with_truncates(events: DataFrame, table: TableConfig, truncates: DataFrame) -> DataFrame:

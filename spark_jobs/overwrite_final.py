@@ -337,22 +337,22 @@ class _Rewrite:
     tombstones_added: int = 0
     filled: DataFrame | None = None
 
+    def _plan(self, final: delta.Snapshot, tombstones: delta.Snapshot, attempt: int) -> Plan:
+        plan = plan_rewrite(
+            self.context, self.changes, self.changed, final, tombstones, attempt, self.cut
+        )
+        self.filled = plan.filled  # the last attempt's: what history logs
+        return plan
+
     def attempt_rewrite(self, attempt: int) -> int | None:
         """One attempt from fresh snapshots; its number when done, None after a lost race."""
         context, report = self.context, self.report
         table, paths = context.table, context.paths
         final = delta.load_snapshot(paths.final)
         tombstones = delta.load_snapshot(paths.tombstones)  # after final: see the run order
-        plan = plan_rewrite(
-            context, self.changes, self.changed, final, tombstones, attempt, self.cut
-        )
-        self.filled = plan.filled
+        plan = self._plan(final, tombstones, attempt)
         try:
-            nothing = plan.changes_nothing()
-            if plan.unfilled:
-                report.counts["changes_with_unknown_values"] = plan.unfilled
-                warn_unfilled(table.name, plan.unfilled)
-            if nothing:
+            if _changes_nothing(plan, report, table.name):
                 # A rerun of an applied interval: nothing to commit, final keeps its version.
                 report.counts.update(
                     partitions_rewritten=0, rows_written=0, final_version=final.version
@@ -402,6 +402,15 @@ class _Rewrite:
             final_version=result.version,
         )
         return attempt
+
+
+def _changes_nothing(plan: Plan, report: StepReport, table: str) -> bool:
+    """The plan's verdict; changes left with values nothing carried are counted and warned."""
+    nothing = plan.changes_nothing()
+    if plan.unfilled:
+        report.counts["changes_with_unknown_values"] = plan.unfilled
+        warn_unfilled(table, plan.unfilled)
+    return nothing
 
 
 def warn_unfilled(table: str, count: int) -> None:
@@ -477,26 +486,7 @@ def run_overwrite_final(context: StepContext, interval: Interval) -> StepReport:
         if table.insert_only:
             append_inserts(context, changes, report)
         else:
-            cut = truncate_cut(context, changes)
-            data_changes = changes.filter(F.col(FLAG) != TRUNCATE)
-            applicable = data_changes
-            if cut is not None:
-                applicable = data_changes.filter(at_or_after(table.sequence_by, cut.values))
-                if cut.moved:
-                    report.counts["truncates_applied"] = cut.rows.count() if cut.rows else 0
-            filled = apply_changes(context, applicable, report, cut)
-            if table.history:
-                # History logs every change with its values filled in (a change before a
-                # truncate too: its version ends at the truncate).
-                if cut is not None:
-                    before = data_changes.filter(~at_or_after(table.sequence_by, cut.values))
-                    filled = filled.unionByName(before)
-                seed = None
-                if not delta.load_snapshot(paths.history_log).exists:
-                    seed = history_seed(context, changes.columns)
-                history.update_history(
-                    context, filled, seed, report, recut_all=cut is not None and cut.moved
-                )
+            _apply_and_log(context, changes, report)
     finally:
         changes.unpersist()
     delta.inject_fault("overwrite_final:before_applied_marks")
@@ -505,6 +495,31 @@ def run_overwrite_final(context: StepContext, interval: Interval) -> StepReport:
     if catalog.outlives_this_process(context.spark):
         catalog.register_tables(context.spark, table, paths)
     return report
+
+
+def _apply_and_log(context: StepContext, changes: DataFrame, report: StepReport) -> None:
+    """Upserts, deletes and truncates into final, then (history: true) the log and history."""
+    table, paths = context.table, context.paths
+    cut = truncate_cut(context, changes)
+    data_changes = changes.filter(F.col(FLAG) != TRUNCATE)
+    applicable = data_changes
+    if cut is not None:
+        applicable = data_changes.filter(at_or_after(table.sequence_by, cut.values))
+        if cut.moved:
+            report.counts["truncates_applied"] = cut.rows.count() if cut.rows else 0
+    filled = apply_changes(context, applicable, report, cut)
+    if not table.history:
+        return
+    # History logs every change with its values filled in (a change before a truncate too:
+    # its version ends at the truncate).
+    if cut is not None:
+        filled = filled.unionByName(
+            data_changes.filter(~at_or_after(table.sequence_by, cut.values))
+        )
+    seed = None
+    if not delta.load_snapshot(paths.history_log).exists:
+        seed = history_seed(context, changes.columns)
+    history.update_history(context, filled, seed, report, recut_all=cut is not None and cut.moved)
 
 
 def _check_zorder_columns(table: TableConfig, staging: delta.Snapshot) -> None:

@@ -205,25 +205,7 @@ def quarantine_reason(
     `partition_type` is the partition column's type (its values are range-checked when it is a
     date or timestamp); `now` is when the stage runs, for `max_sequence_ahead` (default: now).
     """
-    flags = [*VALID_FLAGS, TRUNCATE] if table.change_format in EVENT_FORMATS else VALID_FLAGS
-    is_truncate = F.col(FLAG) == TRUNCATE
-    checks: list[Column] = [
-        F.col(FORMAT_ERROR),
-        F.when(
-            F.col(FLAG).isNull() | ~F.col(FLAG).isin(*flags),
-            F.concat(
-                F.lit(f"unknown flag in {table.flag_source}: '"),
-                F.coalesce(F.col(raw_name(table.flag_source)), F.lit("null")),
-                F.lit("' (expected I, U or D)"),
-            ),
-        ),
-    ]
-    if table.insert_only:
-        checks.append(F.when(F.col(FLAG) == "D", F.lit("delete on an insert_only table")))
-    for key in table.keys:
-        checks.append(
-            F.when(F.col(raw_name(key)).isNull() & ~is_truncate, F.lit(f"null key column {key}"))
-        )
+    checks = _flag_and_key_checks(table)
     is_delete = F.col(FLAG).isin("D", TRUNCATE)  # a truncate carries no values at all
     identity = set(table.keys) | set(table.sequence_by)
     for column, spark_type in column_types.items():
@@ -281,6 +263,30 @@ def quarantine_reason(
     if table.partition_column is not None and table.partition_column in columns:
         checks += _partition_checks(table, table.partition_column, partition_type, is_delete)
     return F.coalesce(*checks)
+
+
+def _flag_and_key_checks(table: TableConfig) -> list[Column]:
+    """The line's format error, an unknown flag, a delete on an insert-only table, a null key
+    (a truncate has none)."""
+    flags = [*VALID_FLAGS, TRUNCATE] if table.change_format in EVENT_FORMATS else VALID_FLAGS
+    is_truncate = F.col(FLAG) == TRUNCATE
+    checks: list[Column] = [
+        F.col(FORMAT_ERROR),
+        F.when(
+            F.col(FLAG).isNull() | ~F.col(FLAG).isin(*flags),
+            F.concat(
+                F.lit(f"unknown flag in {table.flag_source}: '"),
+                F.coalesce(F.col(raw_name(table.flag_source)), F.lit("null")),
+                F.lit("' (expected I, U or D)"),
+            ),
+        ),
+    ]
+    if table.insert_only:
+        checks.append(F.when(F.col(FLAG) == "D", F.lit("delete on an insert_only table")))
+    for key in table.keys:
+        null_key = F.col(raw_name(key)).isNull() & ~is_truncate
+        checks.append(F.when(null_key, F.lit(f"null key column {key}")))
+    return checks
 
 
 def _partition_checks(

@@ -153,3 +153,73 @@ def test_debezium_wrapper_types_binlog_order_and_key_change(spark, workspace: Wo
             "mysql-bin.000003:00000000000000000900:0000000000",
         ),
     ]
+
+
+def pg_event(op: str, before: dict | None, after: dict | None, lsn: int) -> str:
+    """A Debezium PostgreSQL event without the wrapper (source.ts_ms and lsn order it)."""
+    source = {"connector": "postgresql", "ts_ms": 1704067200000 + lsn, "lsn": lsn}
+    return json.dumps({"op": op, "before": before, "after": after, "source": source})
+
+
+def test_debezium_unavailable_values_keep_the_previous_value_and_truncates_end_rows(
+    spark, workspace: Workspace
+) -> None:
+    table = workspace.configure(
+        {"name": "d", "change_format": "debezium", "keys": ["id"], "history": True}
+    )["d"]
+    gone = "__debezium_unavailable_value"
+    first = [
+        pg_event("r", None, {"id": 1, "body": "long text", "blob": "AAEC", "n": 1}, 10),
+        pg_event("r", None, {"id": 2, "body": "second", "blob": "AwQ=", "n": 1}, 11),
+        # Unchanged TOASTed text and bytea (base64 of the placeholder): kept, never written.
+        pg_event(
+            "u",
+            None,
+            {"id": 1, "body": gone, "blob": "X19kZWJleml1bV91bmF2YWlsYWJsZV92YWx1ZQ==", "n": 2},
+            20,
+        ),
+        # A key change inside an update: the new key keeps the old key's body.
+        pg_event("u", {"id": 2}, {"id": 3, "body": gone, "blob": "AwQ=", "n": 5}, 30),
+    ]
+    folder = workspace.landing / "d" / "dt=2024-01-01/hr=00"
+    folder.mkdir(parents=True)
+    (folder / "a.json").write_text("\n".join(first) + "\n")
+    run(spark, workspace, table, "2024-01-01T00", "2024-01-01T01")
+    paths = workspace.paths("d")
+    columns = ["id", "body", "blob", "n"]
+    assert table_rows(paths.final, columns) == [
+        (1, "long text", "AAEC", 2),
+        (3, "second", "AwQ=", 5),
+    ]
+    # Hour 01: an update, a truncate, an insert after it; then (late, in hour 00's folder) an
+    # update ordered before the truncate: it never brings its key back.
+    second = [
+        pg_event("u", None, {"id": 1, "body": gone, "blob": "AAEC", "n": 3}, 40),
+        pg_event("t", None, None, 50),
+        pg_event("c", None, {"id": 7, "body": "after", "blob": None, "n": 1}, 60),
+    ]
+    folder = workspace.landing / "d" / "dt=2024-01-01/hr=01"
+    folder.mkdir(parents=True)
+    (folder / "b.json").write_text("\n".join(second) + "\n")
+    (workspace.landing / "d" / "dt=2024-01-01/hr=00" / "late.json").write_text(
+        pg_event("u", None, {"id": 3, "body": gone, "blob": "AwQ=", "n": 9}, 45) + "\n"
+    )
+    _, applied = run(spark, workspace, table, "2024-01-01T01", "2024-01-01T02")
+    assert applied.counts["truncates_applied"] == 1
+    assert table_rows(paths.final, columns) == [(7, "after", None, 1)]
+    history = table_rows(paths.history, ["id", "body", "n", "_cdc_is_current", "_cdc_is_deleted"])
+    assert history == [
+        (1, "long text", 1, False, False),
+        (1, "long text", 2, False, False),
+        (1, "long text", 3, False, True),  # ended by the truncate
+        (2, "second", 1, False, True),
+        (3, "second", 5, False, False),
+        (3, "second", 9, False, True),
+        (7, "after", 1, True, False),
+    ]
+    # A change ordered before the truncate that lands later still stays out.
+    (workspace.landing / "d" / "dt=2024-01-01/hr=01" / "later.json").write_text(
+        pg_event("c", None, {"id": 8, "body": "old", "blob": None, "n": 1}, 48) + "\n"
+    )
+    run(spark, workspace, table, "2024-01-01T02", "2024-01-01T03")
+    assert table_rows(paths.final, columns) == [(7, "after", None, 1)]

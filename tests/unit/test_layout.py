@@ -34,9 +34,9 @@ LONG_FUNCTIONS = {
     # the extract vs final comparison as one Spark plan (I, U, D rows)
     "spark_jobs.extracts.derive_changes": 67,
     # the Debezium envelope's column expressions, one per field kind
-    "spark_jobs.formats._parse_debezium": 99,
+    "spark_jobs.formats._parse_debezium": 90,
     # the JSON-lines read: parse, flatten, types of the batch, ignored fields
-    "spark_jobs.formats.read_json_changes": 81,
+    "spark_jobs.formats.read_json_changes": 76,
     # the lookup's three cases (known partitions, driver-side ranges, Spark-side ranges)
     "spark_jobs.key_lookup.partitions_holding_keys": 64,
     # one pass over the listing against the ledger (size/mtime, then hash)
@@ -46,7 +46,7 @@ LONG_FUNCTIONS = {
     # the crash-recovery cases of one file version, kept together to be read as one rule
     "spark_jobs.stage._settle_unrecorded": 95,
     # one Spark `when` chain, the first problem wins, in the order of the docs
-    "spark_jobs.transforms.quarantine_reason": 84,
+    "spark_jobs.transforms.quarantine_reason": 70,
     # a benchmark case: stage, then the three ways of applying it
     "cdc_tools.bench.run_case": 78,
     # a benchmark cycle through Airflow, measured step by step
