@@ -277,6 +277,8 @@ def recut(
         log = delta.load_snapshot(paths.history_log)
         events = delta.read_snapshot(spark, log, partitions=buckets)
         truncates = remembered_truncates(context)
+        if truncates is not None and truncates.isEmpty():  # metadata: any truncate at all
+            truncates = None
         versions = cut_versions(events, table, truncates).select(*history.schema.fieldNames())  # type: ignore[union-attr]
         # Compared on every attempt: after a conflict, the run that committed first may have
         # cut the same versions.

@@ -18,7 +18,7 @@ from typing import Any
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
-from cdc_pipeline.config import TableConfig
+from cdc_pipeline.config import EVENT_FORMATS, TableConfig
 from spark_jobs import delta
 from spark_jobs.common import StepContext
 from spark_jobs.transforms import FLAG, TRUNCATE, quoted
@@ -43,7 +43,10 @@ def at_or_after(sequence_by: Sequence[str], values: Sequence[Any]) -> Column:
 
 
 def remembered_truncates(context: StepContext) -> DataFrame | None:
-    """The truncates tombstones remember (rows with null keys), or None."""
+    """The truncates tombstones remember (rows with null keys), or None (not an event format,
+    no tombstones)."""
+    if context.table.change_format not in EVENT_FORMATS:
+        return None
     tombstones = delta.load_snapshot(context.paths.tombstones)
     if not tombstones.exists or not tombstones.files:
         return None
@@ -61,7 +64,7 @@ def _latest(frame: DataFrame, sequence_by: Sequence[str]) -> tuple[Any, ...] | N
 def truncate_cut(context: StepContext, changes: DataFrame) -> Cut | None:
     """The cut the interval's changes are applied under (None: no truncate ever applied)."""
     table: TableConfig = context.table
-    if not table.apply_truncates or table.change_format not in ("wal2json", "debezium"):
+    if not table.apply_truncates or table.change_format not in EVENT_FORMATS:
         return None
     sequence_by = table.sequence_by
     new = changes.filter(F.col(FLAG) == TRUNCATE)
