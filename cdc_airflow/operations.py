@@ -147,29 +147,22 @@ class QuarantineCheck:
         if not finding.exceeded:
             return
         reasons = self.reasons(result)
-        ti = context.get("ti")
         message = (
             f"table {self.table}: stage quarantined {finding.quarantined} of {finding.rows_read} "
             f"rows ({finding.fraction:.1%}), more than max_quarantine_fraction {self.limit:g}; "
             f"reasons: {'; '.join(reasons) or 'unknown'}"
         )
-        alert = Alert(
-            kind="quarantine",
-            table=self.table,
-            dag_id=str(getattr(ti, "dag_id", f"cdc_{self.table}")),
-            run_id=str(getattr(ti, "run_id", "")),
-            task_id=getattr(ti, "task_id", "stage"),
-            message=message,
-            details={
-                "rows_read": finding.rows_read,
-                "quarantined": finding.quarantined,
-                "fraction": finding.fraction,
-                "limit": self.limit,
-                "action": self.action,
-                "reasons": reasons,
-            },
+        details = {
+            "rows_read": finding.rows_read,
+            "quarantined": finding.quarantined,
+            "fraction": finding.fraction,
+            "limit": self.limit,
+            "action": self.action,
+            "reasons": reasons,
+        }
+        send_alert(
+            task_alert(context, "quarantine", self.table, message, details, "stage"), self.notify
         )
-        send_alert(alert, self.notify)
         if self.action == "fail":
             raise QuarantineLimitExceeded(
                 message + ". Staged rows are not applied to final until the run is repeated "
@@ -208,22 +201,13 @@ def alert_if_stale(context: Any, table: str, freshness: str, notify: Sequence[st
     verdict = data_freshness_of(row, None, data)
     if not verdict.overdue:
         return
-    ti = context.get("ti")
     message = (
         f"table {table}: {data.files_waiting} file(s) landed and not applied, the oldest since "
         f"{data.document()['oldest_waiting']} (freshness {freshness}); "
         f"{data.files_outside_window} file(s) outside the late_arrival_window: `cdc status {table}`"
     )
     send_alert(
-        Alert(
-            kind="stale_data",
-            table=table,
-            dag_id=str(getattr(ti, "dag_id", f"cdc_{table}")),
-            run_id=str(getattr(ti, "run_id", "")),
-            task_id=getattr(ti, "task_id", "overwrite_final"),
-            message=message,
-            details=data.document(),
-        ),
+        task_alert(context, "stale_data", table, message, data.document(), "overwrite_final"),
         notify,
     )
 
@@ -236,22 +220,30 @@ def alert_outside_window(context: Any, table: str, result: Any, notify: Sequence
     outside = int(counts.get("files_outside_window") or 0)
     if not outside:
         return
+    message = (
+        f"table {table}: {outside} file(s) landed in hour folders older than the "
+        f"late_arrival_window, not staged: `cdc status {table}`; the stage task's log names "
+        "them and the `cdc run` that applies them"
+    )
+    details = {"files_outside_window": outside}
+    alert = task_alert(context, "files_outside_window", table, message, details, "stage")
+    send_alert(alert, notify)
+
+
+def task_alert(
+    context: Any, kind: str, table: str, message: str, details: dict[str, Any], task: str
+) -> Alert:
+    """An alert raised by the running task instance of `context` (its DAG, run and task;
+    `task` when the context has no task instance)."""
     ti = context.get("ti")
-    send_alert(
-        Alert(
-            kind="files_outside_window",
-            table=table,
-            dag_id=str(getattr(ti, "dag_id", f"cdc_{table}")),
-            run_id=str(getattr(ti, "run_id", "")),
-            task_id=getattr(ti, "task_id", "stage"),
-            message=(
-                f"table {table}: {outside} file(s) landed in hour folders older than the "
-                f"late_arrival_window, not staged: `cdc status {table}`; the stage task's log "
-                "names them and the `cdc run` that applies them"
-            ),
-            details={"files_outside_window": outside},
-        ),
-        notify,
+    return Alert(
+        kind=kind,
+        table=table,
+        dag_id=str(getattr(ti, "dag_id", f"cdc_{table}")),
+        run_id=str(getattr(ti, "run_id", "")),
+        task_id=getattr(ti, "task_id", task),
+        message=message,
+        details=details,
     )
 
 

@@ -22,16 +22,11 @@ from collections.abc import Sequence
 from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 
-from spark_jobs.transforms import ABSENT, ARRIVAL, FLAG, quoted
+from spark_jobs.transforms import ABSENT, ARRIVAL, FLAG, absent_list, fillable, quoted
 
 FILL = "__fill_"  # the struct holding a column's filled value
 SYNTHETIC = "__cdc_seed"  # a later pass's row carrying the old key's values to the new key
 MAX_PASSES = 20  # links of a chain of key changes resolved in one step (more stay unfilled)
-
-
-def fillable(columns: Sequence[str], keys: Sequence[str]) -> list[str]:
-    """The columns a change may leave out: data columns, not keys, not technical."""
-    return [c for c in columns if c not in keys and not c.startswith("_cdc_")]
 
 
 def fill_absent(
@@ -49,7 +44,7 @@ def fill_absent(
     if not columns:
         return candidates
     first = _fill_pass(candidates.withColumn(SYNTHETIC, F.lit(False)), keys, order, columns)
-    absent = F.coalesce(F.col(ABSENT), F.array().cast("array<string>"))
+    absent = absent_list()
     # Changes some of whose absent columns no earlier row of their key carried.
     unfilled = F.exists(absent, lambda n: _any_unfilled(n, columns))
     moved = (
@@ -137,7 +132,7 @@ def _fill_pass(
         .orderBy(*order, F.col(SYNTHETIC).asc())
         .rowsBetween(Window.currentRow, Window.unboundedFollowing)
     )
-    absent = F.coalesce(F.col(ABSENT), F.array().cast("array<string>"))
+    absent = absent_list()
     carries = F.col(FLAG) != "D"
     return rows.select(
         "*",
@@ -158,7 +153,7 @@ def _fill_pass(
 
 def _resolved(rows: DataFrame, columns: Sequence[str]) -> DataFrame:
     """The filled values in place; `_cdc_absent` left with the columns nothing carried."""
-    absent = F.coalesce(F.col(ABSENT), F.array().cast("array<string>"))
+    absent = absent_list()
     unfilled = F.array_compact(
         F.array(
             *[

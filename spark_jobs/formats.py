@@ -46,7 +46,6 @@ CHANGES = "__changes"
 OP = "__op"
 IMAGE = "__image"
 TYPES = "__types"
-PRESENT = "__present"  # the columns a change carries (a change without some keeps their values)
 LINE = "value"
 NOT_UTF8 = "malformed line: not valid UTF-8 text (its bytes that are not are U+FFFD in _cdc_raw)"
 
@@ -579,7 +578,7 @@ def read_json_changes(spark: SparkSession, table: TableConfig, lines: DataFrame)
         F.lit(None).cast("string").alias(OP),
         F.lit(None).cast("map<string,variant>").alias(IMAGE),
         F.lit(None).cast("map<string,string>").alias(TYPES),
-        F.lit(None).cast("array<string>").alias(PRESENT),
+        F.lit(None).cast("array<string>").alias(CARRIED),
         F.make_valid_utf8(F.col(LINE)).alias(RAW),
         F.col(FORMAT_ERROR),
         *[F.col(name) for name in format_columns],
@@ -592,7 +591,7 @@ def read_json_changes(spark: SparkSession, table: TableConfig, lines: DataFrame)
             F.col(f"__change.{OP}").alias(OP),
             F.col(f"__change.{IMAGE}").alias(IMAGE),
             F.col(f"__change.{TYPES}").alias(TYPES),
-            F.map_keys(F.col(f"__change.{IMAGE}")).alias(PRESENT),
+            F.map_keys(F.col(f"__change.{IMAGE}")).alias(CARRIED),
             F.lit(None).cast("string").alias(RAW),
             F.lit(None).cast("string").alias(FORMAT_ERROR),
             *[F.col(name) for name in format_columns],
@@ -621,7 +620,7 @@ def read_json_changes(spark: SparkSession, table: TableConfig, lines: DataFrame)
         *projection,
         *[F.col(name) for name in format_columns],
         F.col(OP).alias(table.flag_source),
-        *([F.col(PRESENT).alias(CARRIED)] if table.change_format in EVENT_FORMATS else []),
+        *([F.col(CARRIED)] if table.change_format in EVENT_FORMATS else []),
         F.col(RAW),
         F.col(FORMAT_ERROR),
         *[F.col(c) for c in ARRIVAL],

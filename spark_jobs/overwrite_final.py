@@ -75,13 +75,14 @@ class Plan:
     output: DataFrame  # final's new rows and the new tombstones, told apart by ROUTE
     winners: DataFrame  # the ranked rows (persisted: the verdict and the write both read them)
     filled: DataFrame  # the changes with the values they did not carry filled in (for history)
-    unfilled: int = 0  # winning changes with a column no row of their key carried (null then)
     forced: bool = False  # a new truncate: the rewrite changes final even if no change wins
 
-    def changes_nothing(self) -> bool:
-        """True when the rewrite would give final and tombstones exactly the rows they hold.
+    def verdict(self) -> tuple[bool, int]:
+        """(whether the rewrite changes nothing, how many winning changes have a column no row
+        of their key carried: null in final).
 
-        That is when no change wins (a winning change is a new row image or a new delete),
+        The rewrite changes nothing (gives final and tombstones exactly the rows they hold)
+        when no change wins (a winning change is a new row image or a new delete),
         every winning row of final is its key's only row there, and no remembered delete wins
         over a row of final. Exact ties go to the copy already in final or tombstones, so a
         change applied before (a rerun, a second extract staged the same) does not count.
@@ -103,8 +104,8 @@ class Plan:
                 ).otherwise(0)
             ).alias("changing"),
         ).collect()[0]  # metadata: one row of three counts
-        self.unfilled = int(row["unfilled"] or 0)
-        return not self.forced and bool(row["winners"]) and not row["changing"]
+        nothing = not self.forced and bool(row["winners"]) and not row["changing"]
+        return nothing, int(row["unfilled"] or 0)
 
     def release(self) -> None:
         """Drop the cached ranking."""
@@ -288,8 +289,8 @@ def _routed_output(
 def apply_changes(
     context: StepContext, changes: DataFrame, report: StepReport, cut: Cut | None = None
 ) -> DataFrame:
-    """Returns the changes with the values they did not carry filled in (what history logs)."""
-    """Upsert/delete path: rewrite the touched partitions of final, retrying on conflicts."""
+    """Upsert/delete path: rewrite the touched partitions of final, retrying on conflicts.
+    Returns the changes with the values they did not carry filled in (what history logs)."""
     table, paths = context.table, context.paths
     staging_schema = changes.schema
     partition_by = table.partition_by
@@ -406,10 +407,10 @@ class _Rewrite:
 
 def _changes_nothing(plan: Plan, report: StepReport, table: str) -> bool:
     """The plan's verdict; changes left with values nothing carried are counted and warned."""
-    nothing = plan.changes_nothing()
-    if plan.unfilled:
-        report.counts["changes_with_unknown_values"] = plan.unfilled
-        warn_unfilled(table, plan.unfilled)
+    nothing, unfilled = plan.verdict()
+    if unfilled:
+        report.counts["changes_with_unknown_values"] = unfilled
+        warn_unfilled(table, unfilled)
     return nothing
 
 
@@ -506,7 +507,7 @@ def _apply_and_log(context: StepContext, changes: DataFrame, report: StepReport)
     if cut is not None:
         applicable = data_changes.filter(at_or_after(table.sequence_by, cut.values))
         if cut.moved:
-            report.counts["truncates_applied"] = cut.rows.count() if cut.rows else 0
+            report.counts["truncates_applied"] = cut.applied
     filled = apply_changes(context, applicable, report, cut)
     if not table.history:
         return

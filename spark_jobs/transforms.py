@@ -128,15 +128,24 @@ def type_changes(
     )
 
 
+def fillable(columns: Sequence[str], keys: Sequence[str]) -> list[str]:
+    """The columns a change may leave out (and that then keep their value): data columns, not
+    keys, not technical."""
+    return [c for c in columns if c not in keys and not c.startswith(TECHNICAL_PREFIX)]
+
+
+def absent_list() -> Column:
+    """`_cdc_absent` as an array (empty when the change carried every column)."""
+    return F.coalesce(F.col(ABSENT), F.array().cast("array<string>"))
+
+
 def _absent(table: TableConfig, column_types: dict[str, str], flag: Column) -> Column:
     """The data columns an insert or update did not carry (an unchanged TOASTed value wal2json
     leaves out, a Debezium placeholder), as a sorted array; null when it carried them all.
 
     Every column staging has counts, not only the batch's: an hour whose updates all leave out
     a column still keeps its values."""
-    names = sorted(
-        c for c in column_types if c not in table.keys and not c.startswith(TECHNICAL_PREFIX)
-    )
+    names = sorted(fillable(list(column_types), table.keys))
     if not names:
         return F.lit(None).cast("array<string>")
     missing = F.filter(

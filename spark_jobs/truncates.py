@@ -31,6 +31,7 @@ class Cut:
     values: tuple[Any, ...]
     moved: bool
     rows: DataFrame | None  # the run's truncate changes (keys null), for tombstones; or None
+    applied: int = 0  # how many truncates the run applies (0 when the cut did not move)
 
 
 def at_or_after(sequence_by: Sequence[str], values: Sequence[Any]) -> Column:
@@ -54,11 +55,11 @@ def remembered_truncates(context: StepContext) -> DataFrame | None:
     return rows.filter(F.col(quoted(context.table.keys[0])).isNull())
 
 
-def _latest(frame: DataFrame, sequence_by: Sequence[str]) -> tuple[Any, ...] | None:
-    row = frame.agg(F.max(F.struct(*[F.col(quoted(c)) for c in sequence_by])).alias("m")).collect()[
-        0
-    ]  # metadata: one struct
-    return tuple(row["m"]) if row["m"] is not None else None
+def _latest(frame: DataFrame, sequence_by: Sequence[str]) -> tuple[tuple[Any, ...] | None, int]:
+    """(the latest truncate's sequence values or None, how many truncates) of `frame`."""
+    latest = F.max(F.struct(*[F.col(quoted(c)) for c in sequence_by])).alias("m")
+    row = frame.agg(latest, F.count(F.lit(1)).alias("n")).collect()[0]  # metadata: 2 values
+    return (tuple(row["m"]) if row["m"] is not None else None), int(row["n"])
 
 
 def truncate_cut(context: StepContext, changes: DataFrame) -> Cut | None:
@@ -68,12 +69,12 @@ def truncate_cut(context: StepContext, changes: DataFrame) -> Cut | None:
         return None
     sequence_by = table.sequence_by
     new = changes.filter(F.col(FLAG) == TRUNCATE)
-    latest_new = _latest(new, sequence_by)
+    latest_new, count = _latest(new, sequence_by)
     remembered = remembered_truncates(context)
-    latest_old = _latest(remembered, sequence_by) if remembered is not None else None
+    latest_old = _latest(remembered, sequence_by)[0] if remembered is not None else None
     if latest_new is None and latest_old is None:
         return None
     if latest_new is not None and (latest_old is None or latest_new > latest_old):
-        return Cut(latest_new, True, new)
+        return Cut(latest_new, True, new, count)
     assert latest_old is not None
     return Cut(latest_old, False, None)

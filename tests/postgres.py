@@ -161,15 +161,12 @@ def start(root: Path) -> Postgres:
     )
     with (server.data / "postgresql.conf").open("a") as conf:
         conf.write(settings)
-    # Trust on the loopback only: the server listens nowhere else.
+    # Trust on the loopback only: the server listens nowhere else. (Both files are rewritten in
+    # place: they keep initdb's owner.)
     (server.data / "pg_hba.conf").write_text(
         "local all all trust\nhost all all 127.0.0.1/32 trust\n"
         "local replication all trust\nhost replication all 127.0.0.1/32 trust\n"
     )
-    if user:
-        entry = pwd.getpwnam(user)
-        for path in (server.data / "postgresql.conf", server.data / "pg_hba.conf"):
-            os.chown(path, entry.pw_uid, entry.pw_gid)
     server._run(
         [
             str(BIN / "pg_ctl"),
