@@ -3,6 +3,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 JARS_STAMP := jars/.fetched
+DEBEZIUM_STAMP := .tools/debezium-server/.fetched
 
 .PHONY: install demo test lint typecheck clean system airflow bench bench-smoke bench-cycle
 
@@ -44,6 +45,13 @@ $(JARS_STAMP): docker/jars-pom.xml | system
 	  -DoutputDirectory=$(CURDIR)/jars
 	@touch $(JARS_STAMP)
 
+# Debezium Server for the real-source tests (docker/debezium-pom.xml), unpacked once.
+$(DEBEZIUM_STAMP): docker/debezium-pom.xml | system
+	rm -rf .tools/debezium-server && mkdir -p .tools
+	mvn -q -B -f docker/debezium-pom.xml dependency:unpack-dependencies -DincludeTypes=tar.gz \
+	  -DoutputDirectory=$(CURDIR)/.tools
+	@touch $(DEBEZIUM_STAMP)
+
 demo: install
 	$(BIN)/cdc demo
 
@@ -55,7 +63,7 @@ lint: install
 typecheck: install
 	$(BIN)/mypy
 
-test: install lint typecheck
+test: install lint typecheck $(DEBEZIUM_STAMP)
 	$(BIN)/python -m pytest tests
 	$(MAKE) bench-smoke
 
@@ -76,7 +84,7 @@ bench-cycle: install
 	$(BIN)/cdc bench-cycle $(ARGS)
 
 clean:
-	rm -rf $(VENV) landing warehouse .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) landing warehouse .pytest_cache .mypy_cache .ruff_cache .tools
 
 airflow: install
 	$(BIN)/python -m cdc_airflow.local

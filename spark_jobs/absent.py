@@ -6,9 +6,10 @@ Stage records such columns in `_cdc_absent`; overwrite-final fills them before r
 the latest earlier row of the same key that carried them: an earlier change of the batch, else
 the key's row in final. A delete carries nothing, so a change after it never takes a value from
 before it, and the delete's own fill is the key's last state: a primary-key change (a D of the
-old key and a change of the new key, from the same line) gives the new key the old key's values
-that way, in further passes run only when such a change is left unfilled (one per link of a
-chain of key changes).
+old key and a change of the new key at the same source position: one wal2json line, or
+Debezium's delete and create events of one update, which share their LSN) gives the new key
+the old key's values that way, in further passes run only when such a change is left unfilled
+(one per link of a chain of key changes).
 
 "Earlier" is the order the ranking uses (sequence_by, then arrival, then the ranking's
 tiebreaks), so a change applied again (a rerun) or out of order fills exactly as in order. The
@@ -27,6 +28,17 @@ from spark_jobs.transforms import ABSENT, ARRIVAL, FLAG, absent_list, fillable, 
 FILL = "__fill_"  # the struct holding a column's filled value
 SYNTHETIC = "__cdc_seed"  # a later pass's row carrying the old key's values to the new key
 MAX_PASSES = 20  # links of a chain of key changes resolved in one step (more stay unfilled)
+LINK = "__cdc_link"  # where a change was at the source: pairs a key change's D and new row
+POSITION = "_cdc_position"
+
+
+def _link(columns: Sequence[str]) -> Column:
+    """A change's source position (the LSN, or binlog file:pos:row), else its arrival (a line
+    without one: wal2json without include-lsn)."""
+    arrival = F.concat_ws("/", *[F.col(c).cast("string") for c in ARRIVAL])
+    if POSITION not in columns:
+        return arrival
+    return F.when(F.col(POSITION) != "", F.col(POSITION)).otherwise(arrival)
 
 
 def fill_absent(
@@ -43,16 +55,17 @@ def fill_absent(
     columns = fillable(candidates.columns, keys)
     if not columns:
         return candidates
+    candidates = candidates.withColumn(LINK, _link(candidates.columns))
     first = _fill_pass(candidates.withColumn(SYNTHETIC, F.lit(False)), keys, order, columns)
     absent = absent_list()
     # Changes some of whose absent columns no earlier row of their key carried.
     unfilled = F.exists(absent, lambda n: _any_unfilled(n, columns))
     moved = (
         first.filter(F.col(from_change) & (F.col(FLAG) != "D") & unfilled)
-        .select(*ARRIVAL)
+        .select(LINK)
         .join(
-            first.filter(F.col(from_change) & (F.col(FLAG) == "D")).select(*ARRIVAL),
-            on=list(ARRIVAL),
+            first.filter(F.col(from_change) & (F.col(FLAG) == "D")).select(LINK),
+            on=LINK,
             how="left_semi",
         )
         .persist()
@@ -71,7 +84,7 @@ def fill_absent(
             current = _fill_pass(both, keys, order, columns).filter(~F.col(SYNTHETIC))
             still = (
                 current.filter(F.col(from_change) & (F.col(FLAG) != "D") & unfilled)
-                .join(moved, on=list(ARRIVAL), how="left_semi")
+                .join(moved, on=LINK, how="left_semi")
                 .count()
             )  # metadata: how many are still unfilled
             if still == 0 or still >= left:
@@ -91,12 +104,12 @@ def _seeds(
 ) -> DataFrame:
     """One row per key change: the new key's change, with the old key's filled values."""
     old_keys = filled.filter(F.col(from_change) & (F.col(FLAG) == "D")).select(
-        *ARRIVAL, *[F.col(FILL + c).alias("__old_" + c) for c in columns]
+        LINK, *[F.col(FILL + c).alias("__old_" + c) for c in columns]
     )
-    pairs = moved.join(old_keys, on=list(ARRIVAL), how="inner")
+    pairs = moved.join(old_keys, on=LINK, how="inner")
     return (
         candidates.filter(F.col(from_change) & (F.col(FLAG) != "D"))
-        .join(pairs, on=list(ARRIVAL), how="inner")
+        .join(pairs, on=LINK, how="inner")
         .select(
             *[
                 F.col("__old_" + c)["v"].alias(c)
@@ -176,7 +189,7 @@ def _resolved(rows: DataFrame, columns: Sequence[str]) -> DataFrame:
                 else F.col(quoted(c))
             )
             for c in rows.columns
-            if not c.startswith(FILL) and c != SYNTHETIC
+            if not c.startswith(FILL) and c not in (SYNTHETIC, LINK)
         ]
     )
     return out

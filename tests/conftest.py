@@ -181,3 +181,15 @@ def workspace(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Works
     monkeypatch.setenv("CDC_WAREHOUSE", str(ws.warehouse))
     monkeypatch.setenv("CDC_CONFIG", str(ws.config_path))
     yield ws
+
+
+@pytest.fixture(scope="session")
+def postgres_server() -> Iterator[Any]:
+    """One real PostgreSQL 15 with wal2json for the run (tests/postgres.py); each test creates
+    its own database."""
+    from tests import postgres
+
+    reason = postgres.available()
+    if reason:
+        pytest.fail(f"PostgreSQL with wal2json cannot run: {reason} (make system installs it)")
+    yield from postgres.running(postgres.scratch_root())

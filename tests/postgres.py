@@ -1,12 +1,15 @@
 """A real PostgreSQL 15 with the wal2json plugin (Debian's postgresql-15-wal2json), started by
 the tests on 127.0.0.1 as the unprivileged `postgres` user and stopped by its own postmaster pid.
 
-`capture` reads the changes since the last capture with `pg_recvlogical` (format-version 2,
-include-lsn) up to the current WAL position, as a capture job would land them.
+One server per test session (the `postgres_server` fixture); each test creates its own
+database. `capture` reads the changes since the last capture with `pg_recvlogical`
+(format-version 2, include-lsn) up to the current WAL position, as a capture job would land
+them.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import pwd
@@ -23,7 +26,7 @@ from typing import Any
 
 BIN = Path("/usr/lib/postgresql/15/bin")
 PLUGIN = Path("/usr/lib/postgresql/15/lib/wal2json.so")
-DATABASE = "shop"
+DATABASE = "postgres"
 SLOT = "cdc_test"
 
 
@@ -49,6 +52,7 @@ class Postgres:
     root: Path
     port: int
     user: str | None  # run as this user (we are root); None: as ourselves
+    database: str = DATABASE
 
     @property
     def data(self) -> Path:
@@ -81,7 +85,7 @@ class Postgres:
                 str(BIN / "psql"),
                 *self.connection(),
                 "-d",
-                DATABASE,
+                self.database,
                 "-v",
                 "ON_ERROR_STOP=1",
                 "-q",
@@ -106,7 +110,7 @@ class Postgres:
                 str(BIN / "pg_recvlogical"),
                 *self.connection(),
                 "-d",
-                DATABASE,
+                self.database,
                 "--slot",
                 SLOT,
                 "--start",
@@ -125,6 +129,27 @@ class Postgres:
         )
         text = out.read_text() if out.exists() else ""
         return [line for line in text.splitlines() if line.strip()]
+
+    def create_database(self, name: str) -> Postgres:
+        """A new database of this server (each test its own), as a handle on it."""
+        self._run([str(BIN / "createdb"), *self.connection(), name])
+        return dataclasses.replace(self, database=name)
+
+    def create_slot(self) -> None:
+        """The wal2json replication slot `capture` reads from."""
+        self._run(
+            [
+                str(BIN / "pg_recvlogical"),
+                *self.connection(),
+                "-d",
+                self.database,
+                "--slot",
+                SLOT,
+                "--create-slot",
+                "-P",
+                "wal2json",
+            ]
+        )
 
     def stop(self) -> None:
         pid_file = self.data / "postmaster.pid"
@@ -145,7 +170,7 @@ class Postgres:
 
 
 def start(root: Path) -> Postgres:
-    """initdb, start on a free 127.0.0.1 port (logical WAL), create the database and the slot."""
+    """initdb and start on a free 127.0.0.1 port, with logical WAL (no database yet)."""
     user = "postgres" if os.geteuid() == 0 else None
     root.mkdir(parents=True, exist_ok=True)
     server = Postgres(root, _free_port(), user)
@@ -156,7 +181,7 @@ def start(root: Path) -> Postgres:
     settings = (
         f"port = {server.port}\nlisten_addresses = '127.0.0.1'\n"
         f"unix_socket_directories = '{root}'\nwal_level = logical\n"
-        "max_replication_slots = 4\nmax_wal_senders = 4\nfsync = off\n"
+        "max_replication_slots = 8\nmax_wal_senders = 8\nfsync = off\n"
         "shared_buffers = 32MB\n"
     )
     with (server.data / "postgresql.conf").open("a") as conf:
@@ -178,22 +203,6 @@ def start(root: Path) -> Postgres:
             "-t",
             "60",
             "start",
-        ]
-    )
-    server._run(
-        [str(BIN / "createdb"), *server.connection(), DATABASE],
-    )
-    server._run(
-        [
-            str(BIN / "pg_recvlogical"),
-            *server.connection(),
-            "-d",
-            DATABASE,
-            "--slot",
-            SLOT,
-            "--create-slot",
-            "-P",
-            "wal2json",
         ]
     )
     return server
