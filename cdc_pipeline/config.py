@@ -232,6 +232,14 @@ class TableConfig(BaseModel):
         "are ordered before it. false: truncates are skipped and counted "
         "(truncates_skipped=).",
     )
+    ignore_null_updates: bool = Field(
+        default=False,
+        description="change_format flat: a null in an insert or update means 'not sent' "
+        "(partial updates): the column keeps the key's previous value, as for an event "
+        "format's column a change did not carry (Databricks AUTO CDC's ignore_null_updates). "
+        "Also a column the file lacks. A column can then not be set to null by an update; a "
+        "delete still removes the row, and a key inserted after its delete starts empty.",
+    )
     unavailable_value: str = Field(
         default="__debezium_unavailable_value",
         min_length=1,
@@ -544,6 +552,21 @@ def _later_rules(
     insert_only = known("insert_only") and values.get("insert_only")
     if known("change_format") and change_format == "snapshot" and insert_only:
         problems.append(("insert_only", "a snapshot table derives updates and deletes"))
+    if known("ignore_null_updates", "change_format") and values.get("ignore_null_updates"):
+        if change_format != "flat":
+            problems.append(
+                (
+                    "ignore_null_updates",
+                    f"only for change_format flat ({change_format} "
+                    + (
+                        "tells a value not sent from a null itself)"
+                        if change_format in EVENT_FORMATS
+                        else "rows are full extracts: a null there is a null)"
+                    ),
+                )
+            )
+        if insert_only:
+            problems.append(("ignore_null_updates", "insert_only tables have no updates"))
     if known("history") and values.get("history") and insert_only:
         problems.append(("history", "insert_only tables never change a row (no history to keep)"))
     tracked = values.get("track_history_columns")

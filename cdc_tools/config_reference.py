@@ -64,7 +64,10 @@ the table, the field, what is wrong and the fix (`config/tables.yaml:12: table o
 never hides the good ones. It is exactly as strict as what runs: every field and every
 cross-field rule of every row in one pass, a key the YAML repeats (`ID: bigint ... ID: string`)
 is an error rather than "last wins", schedules are checked with croniter as Airflow's timetable
-does, and `partition_expression` against its allow-list (below).
+does, and `partition_expression` against its allow-list (below). Without `columns`, validate
+cannot know the data's columns: the first run checks `keys`, `sequence_by` and `zorder_by`
+against the change files and fails once (exit 2, nothing written) naming the field and the
+columns the files carry.
 
 Adding a row adds a table; nothing else changes.
 
@@ -76,7 +79,9 @@ Adding a row adds a table; nothing else changes.
 | `CDC_LANDING` | `landing/` | root of the landing folders: `{landing}/{name}/dt=YYYY-MM-DD/hr=HH/` |
 | `CDC_WAREHOUSE` | `warehouse/` | root of the Delta tables: `{warehouse}/{name}/final`, `staging`, ... |
 
-The defaults are under the repository root and git-ignored.
+The defaults are under the repository root and git-ignored. The Spark side has its own
+(`CDC_SPARK_REMOTE`, `CDC_SPARK_MASTER`, `CDC_SPARK_DRIVER_MEMORY`, `CDC_SPARK_CONNECT_TIMEOUT`):
+see [Operations](operations.md).
 
 ## Fields
 

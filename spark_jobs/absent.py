@@ -138,21 +138,24 @@ def _any_unfilled(name: Column, columns: Sequence[str]) -> Column:
 def _fill_pass(
     rows: DataFrame, keys: Sequence[str], order: Sequence[Column], columns: Sequence[str]
 ) -> DataFrame:
-    """Each row gets, per column, the value of the latest row at or before it (in the ranking's
-    order) that carried the column, as a struct (null: none did)."""
+    """Each row gets, per column, the value of the latest row before it (in the ranking's order)
+    that carried the column, as a struct (null: none did); a delete before it gives a null value
+    (the key started empty after it). A delete's own fill is the key's state before it."""
     window = (
         Window.partitionBy(*[F.col(quoted(k)) for k in keys])
         .orderBy(*order, F.col(SYNTHETIC).asc())
-        .rowsBetween(Window.currentRow, Window.unboundedFollowing)
+        .rowsBetween(1, Window.unboundedFollowing)
     )
     absent = absent_list()
-    carries = F.col(FLAG) != "D"
     return rows.select(
         "*",
         *[
             F.first(
                 F.when(
-                    carries & ~F.array_contains(absent, c),
+                    F.col(FLAG) == "D",
+                    F.struct(F.lit(None).cast(rows.schema[c].dataType).alias("v")),
+                ).when(
+                    ~F.array_contains(absent, c),
                     F.struct(F.col(quoted(c)).alias("v")),
                 ),
                 ignorenulls=True,

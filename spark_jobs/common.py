@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import sys
 import traceback
 from collections.abc import Callable, Sequence
@@ -108,6 +109,9 @@ def one_line(error: BaseException) -> str:
     text = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
     if isinstance(error, CdcError):
         return text
+    resource = _resource_problem(error)
+    if resource is not None:
+        return resource
     remote = os.environ.get("CDC_SPARK_REMOTE")
     if remote and type(error).__name__ in ("SparkConnectGrpcException", "RetriesExceeded"):
         # The server went away mid-step (its gRPC error names no server): say which one.
@@ -116,6 +120,67 @@ def one_line(error: BaseException) -> str:
             "nothing was committed past the last commit the summary reports: rerun the step"
         )
     return f"{type(error).__name__}: {text}"
+
+
+NOTHING_PAST = "nothing past the last commit the summary reports was written"
+
+
+def _driver_memory_advice() -> str:
+    memory = os.environ.get("CDC_SPARK_DRIVER_MEMORY") or "1g, Spark's default"
+    where = " (the Connect server's: restart it)" if os.environ.get("CDC_SPARK_REMOTE") else ""
+    return f"driver memory is {memory}: set CDC_SPARK_DRIVER_MEMORY higher{where}, e.g. 4g"
+
+
+def _resource_problem(error: BaseException) -> str | None:
+    """The one line for an error whose cause is the machine, not the data: the driver out of
+    memory, the disk full, the storage read-only (Spark names them only deep in a Java trace)."""
+    texts, seen = [], set()
+    current: BaseException | None = error
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        texts.append(f"{type(current).__name__}: {current}")
+        current = current.__cause__ or current.__context__
+    text = "\n".join(texts)
+    if "OutOfMemoryError" in text or "GC overhead limit exceeded" in text:
+        return f"Spark ran out of memory (java.lang.OutOfMemoryError): {_driver_memory_advice()}; {NOTHING_PAST}"
+    if "No space left on device" in text:
+        return (
+            "disk full (No space left on device): free space where CDC_WAREHOUSE lives and in "
+            f"Spark's scratch directory (spark.local.dir, default /tmp), then rerun; {NOTHING_PAST}"
+        )
+    if (
+        "Read-only file system" in text
+        or "ReadOnlyFileSystemException" in text
+        or _read_only_folder(text)
+    ):
+        return (
+            "storage is read-only (Read-only file system): CDC_WAREHOUSE must be writable; remount "
+            f"it read-write or point CDC_WAREHOUSE elsewhere, then rerun; {NOTHING_PAST}"
+        )
+    if not os.environ.get("CDC_SPARK_REMOTE") and (
+        type(error).__name__ in ("Py4JNetworkError", "ConnectionRefusedError")
+        or "Answer from Java side is empty" in text
+    ):
+        return (
+            "Spark's driver JVM exited mid-step (most often out of memory: look for "
+            f"java.lang.OutOfMemoryError above): {_driver_memory_advice()}; {NOTHING_PAST}"
+        )
+    return None
+
+
+def _read_only_folder(text: str) -> bool:
+    """Whether Hadoop's "Mkdirs failed to create <path>" (its local file system says no more)
+    is about a folder on a read-only mount."""
+    failed = re.search(r"Mkdirs failed to create (?:file:)?(/\S+)", text)
+    if failed is None:
+        return False
+    folder = Path(failed.group(1))
+    while not folder.exists() and folder != folder.parent:
+        folder = folder.parent
+    try:
+        return bool(os.statvfs(folder).f_flag & os.ST_RDONLY)
+    except OSError:
+        return False
 
 
 StepBody = Callable[[StepContext, StepArgs], StepReport]

@@ -186,10 +186,24 @@ def _update(
     ).otherwise(F.array(_change("U", new_image, new_types)))
 
 
+# Spark's JSON parser (Jackson) refuses nesting deeper than this, even in a field the config
+# ignores: such a line is quarantined, saying so rather than "not JSON".
+MAX_JSON_DEPTH = 1000
+TOO_DEEP = f"malformed line: nested deeper than {MAX_JSON_DEPTH} levels (Spark's JSON parser limit)"
+
+
+def _too_deep(v: Column) -> Column:
+    """True for an unparsed line that opens more than MAX_JSON_DEPTH arrays or objects."""
+    opened = F.length(F.regexp_replace(F.col(LINE), r"[^\[{]", ""))
+    return v.isNull() & (opened > MAX_JSON_DEPTH)
+
+
 def _line_error(v: Column, is_object: Column) -> Column:
     """The reason a line is not a JSON object (start of a format's error chain)."""
-    return F.when(v.isNull(), F.lit("malformed line: not JSON")).when(
-        ~is_object, F.lit("malformed line: not a JSON object")
+    return (
+        F.when(_too_deep(v), F.lit(TOO_DEEP))
+        .when(v.isNull(), F.lit("malformed line: not JSON"))
+        .when(~is_object, F.lit("malformed line: not a JSON object"))
     )
 
 
@@ -280,7 +294,9 @@ def _classified(kind_cases: list[tuple[Column, str]], default: str) -> Column:
 def _parse_flat(table: TableConfig, v: Column) -> tuple[Column, Column, Column, dict[str, Column]]:
     is_object = F.coalesce(F.schema_of_variant(v).startswith("OBJECT"), F.lit(False))
     kind = _classified([(v.isNull() | ~is_object, "malformed")], "event")
-    error = F.when(kind == "malformed", F.lit("malformed line: not a JSON object"))
+    error = F.when(_too_deep(v), F.lit(TOO_DEEP)).when(
+        kind == "malformed", F.lit("malformed line: not a JSON object")
+    )
     image = _image(v, "$")
     flag = F.variant_get(image[table.flag_column], "$", "string")
     changes = F.array(_change(flag, image, F.lit(None).cast("map<string,string>")))

@@ -7,6 +7,7 @@ or, with `CDC_SPARK_REMOTE=sc://HOST:PORT`, a Spark Connect client of a long-liv
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 from typing import Any
 
@@ -67,10 +68,26 @@ def delta_conf() -> dict[str, str]:
     }
 
 
+DRIVER_MEMORY_ENV = "CDC_SPARK_DRIVER_MEMORY"
+
+
+def driver_memory() -> str | None:
+    """`CDC_SPARK_DRIVER_MEMORY` (a JVM size: 2g, 4096m), else None: Spark's default, 1g."""
+    text = os.environ.get(DRIVER_MEMORY_ENV, "").strip()
+    if text and not re.fullmatch(r"\d+[kKmMgGtT]?", text):
+        raise UsageError(
+            f"{DRIVER_MEMORY_ENV}={text!r} must be a JVM memory size such as 2g or 4096m"
+        )
+    return text or None
+
+
 def static_conf() -> dict[str, str]:
     """Settings fixed when the driver JVM starts: a classic session's, or the Connect server's."""
     java_opts = f"-Dlog4j2.configurationFile=file:{LOG4J_FILE}"
+    memory = driver_memory()
     return {
+        # In local mode the driver's heap is also the executors': a large change file needs more.
+        **({"spark.driver.memory": memory} if memory else {}),
         "spark.driver.extraJavaOptions": java_opts,
         "spark.executor.extraJavaOptions": java_opts,
         "spark.log.structuredLogging.enabled": "false",

@@ -167,7 +167,7 @@ def staging_columns(table: TableConfig, column_types: dict[str, str]) -> list[st
     (event formats) the columns a change did not carry, and the arrival columns."""
     partition = table.partition_by
     hashes = list(extracts.HASH_COLUMNS) if table.change_format == "snapshot" else []
-    absent = [ABSENT] if table.change_format in EVENT_FORMATS else []
+    absent = [ABSENT] if table.change_format in EVENT_FORMATS or table.ignore_null_updates else []
     return [*column_types, *hashes, *partition, FLAG, *absent, *ARRIVAL]
 
 
@@ -585,9 +585,16 @@ def _typed_changes(
     if plan.refused:
         _refuse_schema(context, interval, to_read, read, raw, flag_present, plan.refused)
     column_types = plan.columns
+    if table.columns is None and not staging.exists:
+        _check_identity_columns(table, read.batch_types)
     typed, per_file = _typed_rows(table, read, raw, column_types, flag_present, is_snapshot)
     file_key = F.concat_ws("/", F.col(BATCH), F.col(FILE))
     columns = staging_columns(table, column_types)
+    release: list[Callable[[], Any]] = [typed.unpersist]
+    if ABSENT not in columns and staging.schema is not None and ABSENT in staging.schema.names:
+        # ignore_null_updates turned off: staging keeps the column; new rows carry every value.
+        typed = typed.withColumn(ABSENT, F.lit(None).cast("array<string>"))
+        columns.insert(columns.index(FLAG) + 1, ABSENT)
     if plan.changes and staging.exists:
         changed = delta.evolve_table(spark, paths.staging, typed.select(*columns).schema)
         counts.update(columns_added=len(plan.added), columns_widened=len(plan.widened))
@@ -596,7 +603,6 @@ def _typed_changes(
         # A staging table from before `_cdc_absent` existed gains it (metadata only).
         delta.evolve_table(spark, paths.staging, typed.select(*columns).schema)
     good = good_changes(typed, columns)
-    release: list[Callable[[], Any]] = [typed.unpersist]
     if snapshot_batch is not None:
         held = typed.filter(F.col(REASON).isNotNull())  # quarantined rows whose key is known
         for key in table.keys:
@@ -609,6 +615,23 @@ def _typed_changes(
     bad = quarantined_changes(typed, table, column_types)
     release.append(read.release)
     return good, bad, per_file, release
+
+
+def _check_identity_columns(table: TableConfig, found: dict[str, str | None]) -> None:
+    """keys and sequence_by name columns of the data: without declared `columns`, `cdc validate`
+    cannot know them, so the first batch with any column checks them (a ConfigError naming the
+    field and the columns there are, before anything is written; every row would otherwise be
+    quarantined for a null key or sequence, run after run)."""
+    data = [c for c in found if not c.startswith("_cdc_")]
+    if not data:
+        return  # nothing readable yet: the rows are quarantined with their own reasons
+    for field_name, names in (("keys", table.keys), ("sequence_by", table.sequence_by)):
+        missing = [c for c in names if c not in found]
+        if missing:
+            raise ConfigError(
+                f"table {table.name}: {field_name}: {', '.join(missing)} is not a column of the "
+                f"data (its columns: {', '.join(data)}); name columns the change files carry"
+            )
 
 
 def _read_files(

@@ -108,6 +108,8 @@ def type_changes(
     projections += [flag.alias(FLAG), raw_flag.alias(raw_name(flag_source))]
     if CARRIED in available:
         projections.append(_absent(table, column_types, flag).alias(ABSENT))
+    elif table.ignore_null_updates:
+        projections.append(_null_as_absent(table, column_types, available, flag).alias(ABSENT))
     for column in (RAW, FORMAT_ERROR):
         value = F.col(column) if column in available else F.lit(None).cast("string")
         projections.append(value.alias(column))
@@ -152,6 +154,21 @@ def _absent(table: TableConfig, column_types: dict[str, str], flag: Column) -> C
         F.array(*[F.lit(n) for n in names]),
         lambda n: ~F.array_contains(F.col(CARRIED), n),
     )
+    return F.when(flag.isin("I", "U") & (F.size(missing) > 0), missing).cast("array<string>")
+
+
+def _null_as_absent(
+    table: TableConfig, column_types: dict[str, str], available: set[str], flag: Column
+) -> Column:
+    """`ignore_null_updates`: the data columns an insert or update holds null in (or its file
+    lacks), as a sorted array; null when it has a value in each."""
+    names = sorted(fillable(list(column_types), table.keys))
+    nulls = [
+        F.when(F.col(quoted(n)).isNull(), F.lit(n)) if n in available else F.lit(n) for n in names
+    ]
+    if not nulls:
+        return F.lit(None).cast("array<string>")
+    missing = F.filter(F.array(*nulls), lambda n: n.isNotNull())
     return F.when(flag.isin("I", "U") & (F.size(missing) > 0), missing).cast("array<string>")
 
 
@@ -202,6 +219,18 @@ def _value_reason(problem: str, column: str, tail: str) -> Column:
 MAX_PARTITION_VALUE_BYTES = 200
 
 
+# A text sequence value that is an ISO-8601 time with a UTC offset other than zero: text order is
+# time order only within one offset (a DST change, or two writers, mixes them), so such a value is
+# refused rather than compared wrongly. A timestamp column compares instants.
+OFFSET_TIME = (
+    r"^\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}(:\d{2}(\.\d+)?)?\s*[+-](?!00(:?00)?$)\d{2}(:?\d{2})?$"
+)
+OFFSET_TIME_REASON = (
+    "is a time with a UTC offset in a text sequence_by column: text order is not time order "
+    "across offsets; declare the column as timestamp in columns (or send UTC times)"
+)
+
+
 def quarantine_reason(
     table: TableConfig,
     column_types: dict[str, str],
@@ -248,8 +277,26 @@ def quarantine_reason(
                     _value_reason("value out of range", column, OUT_OF_RANGE),
                 )
             )
+    checks += _sequence_checks(table, column_types, now)
+    if table.partition_column is not None and table.partition_column in columns:
+        checks += _partition_checks(table, table.partition_column, partition_type, is_delete)
+    return F.coalesce(*checks)
+
+
+def _sequence_checks(
+    table: TableConfig, column_types: dict[str, str], now: datetime | None
+) -> list[Column]:
+    """A null sequence value, a text time with an offset, one too far ahead of the stage run."""
+    checks: list[Column] = []
     for column in table.sequence_by:
         checks.append(F.when(F.col(column).isNull(), F.lit(f"null sequence_by column {column}")))
+        if column_types.get(column) == "string":
+            checks.append(
+                F.when(
+                    F.col(column).rlike(OFFSET_TIME),
+                    _value_reason("ambiguous sequence value", column, OFFSET_TIME_REASON),
+                )
+            )
     if table.max_sequence_ahead is not None:
         bound = table.max_sequence_ahead
         staged_at = now or datetime.now(UTC)
@@ -269,9 +316,7 @@ def quarantine_reason(
                         ),
                     )
                 )
-    if table.partition_column is not None and table.partition_column in columns:
-        checks += _partition_checks(table, table.partition_column, partition_type, is_delete)
-    return F.coalesce(*checks)
+    return checks
 
 
 def _flag_and_key_checks(table: TableConfig) -> list[Column]:

@@ -113,3 +113,65 @@ def test_csv_year_10000_extra_field_and_short_header_do_not_hold_back_the_hour(
         ("a.csv", 2, "row has 5 fields, the header has 4"),
         ("b.csv", 1, "row has 4 fields, the header has 3"),
     ]
+
+
+def test_text_times_with_offsets_and_a_too_deep_line_are_quarantined_with_their_reason(
+    workspace: Workspace,
+) -> None:
+    """A text sequence value with a UTC offset is refused (10:00+02:00 is before 09:30+01:00 in
+    time, after it as text); a line nested 10,000 deep says so; the rest of the hour applies."""
+    workspace.configure({"name": "j", "file_format": "json", "keys": ["ID"], "sequence_by": ["TS"]})
+    deep = "[" * 10_000 + "]" * 10_000
+    land(
+        workspace,
+        "j",
+        "a.json",
+        '{"FLAG": "I", "ID": 1, "V": "a", "TS": "2024-01-01T10:00:00+02:00"}\n'
+        '{"FLAG": "U", "ID": 1, "V": "b", "TS": "2024-01-01T09:30:00+01:00"}\n'
+        f'{{"FLAG": "I", "ID": 2, "V": "c", "TS": "2024-01-01T09:30:00Z", "X": {deep}}}\n'
+        '{"FLAG": "I", "ID": 3, "V": "d", "TS": "2024-01-01T09:30:00Z"}\n'
+        '{"FLAG": "I", "ID": 4, "V": "e", "TS": "2024-01-01T09:30:00+00:00"}\n',
+    )
+    result = cdc(workspace, "run", "j", *HOUR, timeout=900)
+    assert result.returncode == 0, result.stderr
+    assert counts_of(summary(result)) == ("5", "2", "3", "2")
+    assert table_rows(workspace.paths("j").final, ["ID", "V", "TS"]) == [
+        (3, "d", "2024-01-01T09:30:00Z"),
+        (4, "e", "2024-01-01T09:30:00+00:00"),
+    ]
+    offset = (
+        "ambiguous sequence value in TS: '{}' is a time with a UTC offset in a text sequence_by "
+        "column: text order is not time order across offsets; declare the column as timestamp "
+        "in columns (or send UTC times)"
+    )
+    assert table_rows(workspace.paths("j").quarantine, ["_cdc_row", "_cdc_reason"]) == [
+        (0, offset.format("2024-01-01T10:00:00+02:00")),
+        (1, offset.format("2024-01-01T09:30:00+01:00")),
+        (2, "malformed line: nested deeper than 1000 levels (Spark's JSON parser limit)"),
+    ]
+
+
+def test_a_sequence_by_column_the_data_lacks_fails_the_first_run_once_naming_it(
+    workspace: Workspace,
+) -> None:
+    """Without declared columns, validate cannot know the data's columns: the first run checks
+    keys and sequence_by against them, exit 2 before anything is written (every row was
+    quarantined as 'null sequence_by column', run after run); fixed, the same hour applies."""
+    row = {"name": "j", "file_format": "json", "keys": ["ID"], "sequence_by": ["TSX"]}
+    workspace.configure(row)
+    land(
+        workspace, "j", "a.json", '{"FLAG": "I", "ID": 1, "V": "a", "TS": "2024-01-01 00:00:00"}\n'
+    )
+    result = cdc(workspace, "run", "j", *HOUR, timeout=900)
+    assert result.returncode == 2, result.stderr
+    assert result.stderr.strip().splitlines()[-1] == (
+        "error: run: table j: sequence_by: TSX is not a column of the data "
+        "(its columns: ID, TS, V); name columns the change files carry"
+    )
+    assert not (workspace.paths("j").staging / "_delta_log").exists()
+    workspace.configure({**row, "sequence_by": ["TS"]})
+    result = cdc(workspace, "run", "j", *HOUR, timeout=900)
+    assert result.returncode == 0, result.stderr
+    assert table_rows(workspace.paths("j").final, ["ID", "V", "TS"]) == [
+        (1, "a", "2024-01-01 00:00:00")
+    ]

@@ -46,7 +46,6 @@ LONG_FUNCTIONS = {
     # the crash-recovery cases of one file version, kept together to be read as one rule
     "spark_jobs.stage._settle_unrecorded": 95,
     # one Spark `when` chain, the first problem wins, in the order of the docs
-    "spark_jobs.transforms.quarantine_reason": 70,
     # a benchmark case: stage, then the three ways of applying it
     "cdc_tools.bench.run_case": 78,
     # a benchmark cycle through Airflow, measured step by step
