@@ -533,6 +533,31 @@ def cross_field_problems(values: Mapping[str, Any], unknown: set[str]) -> list[t
     return problems + _later_rules(values, unknown, known)
 
 
+def _partial_update_rules(
+    values: Mapping[str, Any], known: Callable[..., bool]
+) -> list[tuple[str, str]]:
+    """ignore_null_updates: flat tables with updates only."""
+    problems: list[tuple[str, str]] = []
+    if not (known("ignore_null_updates", "change_format") and values.get("ignore_null_updates")):
+        return problems
+    change_format = values.get("change_format")
+    if change_format != "flat":
+        problems.append(
+            (
+                "ignore_null_updates",
+                f"only for change_format flat ({change_format} "
+                + (
+                    "tells a value not sent from a null itself)"
+                    if change_format in EVENT_FORMATS
+                    else "rows are full extracts: a null there is a null)"
+                ),
+            )
+        )
+    if known("insert_only") and values.get("insert_only"):
+        problems.append(("ignore_null_updates", "insert_only tables have no updates"))
+    return problems
+
+
 def _later_rules(
     values: Mapping[str, Any], unknown: set[str], known: Callable[..., bool]
 ) -> list[tuple[str, str]]:
@@ -552,21 +577,6 @@ def _later_rules(
     insert_only = known("insert_only") and values.get("insert_only")
     if known("change_format") and change_format == "snapshot" and insert_only:
         problems.append(("insert_only", "a snapshot table derives updates and deletes"))
-    if known("ignore_null_updates", "change_format") and values.get("ignore_null_updates"):
-        if change_format != "flat":
-            problems.append(
-                (
-                    "ignore_null_updates",
-                    f"only for change_format flat ({change_format} "
-                    + (
-                        "tells a value not sent from a null itself)"
-                        if change_format in EVENT_FORMATS
-                        else "rows are full extracts: a null there is a null)"
-                    ),
-                )
-            )
-        if insert_only:
-            problems.append(("ignore_null_updates", "insert_only tables have no updates"))
     if known("history") and values.get("history") and insert_only:
         problems.append(("history", "insert_only tables never change a row (no history to keep)"))
     tracked = values.get("track_history_columns")
@@ -632,7 +642,7 @@ def _later_rules(
         and partition_column is None
     ):
         problems.append(("partition_stable", "needs partition_expression and partition_column"))
-    return problems
+    return problems + _partial_update_rules(values, known)
 
 
 # Where each part of the YAML document starts: ("tables", 0) -> line of the first row,

@@ -285,3 +285,24 @@ def test_snapshot_and_history_fields() -> None:
     assert problems({**GOOD, "history": True, "history_buckets": 0}) == [
         "table orders: history_buckets: 0 is too small (at least 1)"
     ]
+
+
+def test_ignore_null_updates_is_for_flat_tables_with_updates() -> None:
+    assert (
+        parse_config({"tables": [{**GOOD, "ignore_null_updates": True}]})
+        .tables["orders"]
+        .ignore_null_updates
+    )
+    assert problems({**GOOD, "ignore_null_updates": True, "insert_only": True}) == [
+        "table orders: ignore_null_updates: insert_only tables have no updates"
+    ]
+    wal2json = {"name": "w", "change_format": "wal2json", "keys": ["id"]}
+    assert problems({**wal2json, "ignore_null_updates": True}) == [
+        "table w: ignore_null_updates: only for change_format flat (wal2json tells a value not "
+        "sent from a null itself)"
+    ]
+    snapshot = {"name": "s", "change_format": "snapshot", "keys": ["ID"]}
+    assert problems({**snapshot, "ignore_null_updates": True}) == [
+        "table s: ignore_null_updates: only for change_format flat (snapshot rows are full "
+        "extracts: a null there is a null)"
+    ]
