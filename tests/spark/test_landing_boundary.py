@@ -16,8 +16,9 @@ import pytest
 from deltalake import DeltaTable, write_deltalake
 
 from cdc_pipeline.errors import InputError
-from spark_jobs import landing, stage
+from spark_jobs import landing
 from spark_jobs.stage import run_stage
+from spark_jobs.staging import rows as stage_rows
 from tests.helpers import Workspace, file_paths, interval, table_rows
 from tests.spark.steps import context, run
 
@@ -187,7 +188,7 @@ def test_a_file_changing_while_it_is_read_is_left_for_the_next_run(
     paths = workspace.paths("j")
     workspace.land("j", "2024-01-01T20", "a.json", [row(1, 1)], file_format="json")
     growing = workspace.land("j", "2024-01-01T20", "b.json", [row(2, 1)], file_format="json")
-    real_read = stage.read_landing
+    real_read = stage_rows.read_landing
 
     def read_then_append(*args: Any, **kwargs: Any) -> Any:
         result = real_read(*args, **kwargs)
@@ -195,11 +196,11 @@ def test_a_file_changing_while_it_is_read_is_left_for_the_next_run(
             handle.write(json.dumps(row(3, 1)) + "\n")
         return result
 
-    monkeypatch.setattr(stage, "read_landing", read_then_append)
+    monkeypatch.setattr(stage_rows, "read_landing", read_then_append)
     first = run_stage(context(spark, workspace, table), interval("2024-01-01T20", "2024-01-01T21"))
     assert (first.counts["staged"], first.counts["files_deferred"]) == (1, 1)
     assert table_rows(paths.ledger, ["file"]) == [("a.json",)]
-    monkeypatch.setattr(stage, "read_landing", real_read)
+    monkeypatch.setattr(stage_rows, "read_landing", real_read)
     second, _ = run(spark, workspace, table, "2024-01-01T20", "2024-01-01T21")
     assert (second.counts["new_files"], second.counts["staged"]) == (1, 2)
     assert table_rows(paths.final, ["ID"]) == [(1,), (2,), (3,)]

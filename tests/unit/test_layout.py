@@ -44,7 +44,7 @@ LONG_FUNCTIONS = {
     # one pass over the Parquet footers (unreadable, contradicting, grouped by schema)
     "spark_jobs.landing.plan_parquet": 73,
     # the crash-recovery cases of one file version, kept together to be read as one rule
-    "spark_jobs.stage._settle_unrecorded": 95,
+    "spark_jobs.staging.recovery.settle_unrecorded": 95,
     # one Spark `when` chain, the first problem wins, in the order of the docs
     # a benchmark case: stage, then the three ways of applying it
     "cdc_tools.bench.run_case": 78,

@@ -1,0 +1,60 @@
+"""The ledger rows of a stage run: one per file version read, per pending file that gave no rows,
+and per refused entry, appended after staging and quarantine."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+
+from spark_jobs import delta, landing
+from spark_jobs.staging.plan import StagePlan, StageRows
+from spark_jobs.staging.rows import NEWEST
+from spark_jobs.transforms import (
+    BATCH,
+    FILE,
+)
+
+
+def add_ledger_rows(
+    plan: StagePlan,
+    rows: StageRows,
+    ledger_rows: list[dict[str, Any]],
+    now: datetime,
+    run_id: str,
+) -> None:
+    """The ledger rows of the files read (their row counts), of the pending files that gave no
+    rows, and of the refusals."""
+    by_ident = {f.ident: f for f in plan.pending}
+    ledger_rows += [
+        landing.ledger_row(
+            by_ident.get((r[BATCH], r[FILE])),
+            r[BATCH],
+            r[FILE],
+            int(r["good"]),
+            int(r["bad"]),
+            None,
+            now,
+            run_id,
+            datetime.fromisoformat(r[NEWEST]).replace(tzinfo=UTC) if r.get(NEWEST) else None,
+        )
+        for r in rows.per_file
+        if (r[BATCH], r[FILE]) in by_ident
+    ]
+    done = {(r[BATCH], r[FILE]) for r in rows.per_file}
+    ledger_rows += [
+        landing.ledger_row(f, f.batch, f.file, 0, 0, None, now, run_id)
+        for f in plan.pending
+        if f.ident not in done and f.ident not in plan.refused
+    ]
+    ledger_rows += [
+        landing.ledger_row(r.source, r.batch, r.file, 0, 1, r.reason, now, run_id)
+        for r in plan.refusals
+    ]
+
+
+def append_ledger(path: Path, rows: list[dict[str, Any]]) -> None:
+    """Append rows to the ledger; an older ledger gains the content columns (merged schema)."""
+    delta.append_arrow(path, pa.Table.from_pylist(rows, landing.LEDGER_SCHEMA))

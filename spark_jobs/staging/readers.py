@@ -1,0 +1,185 @@
+"""Reading landed change files for stage: Parquet, CSV and JSON lines into one frame with the
+arrival columns (`_cdc_batch`, `_cdc_file`, `_cdc_row`), and finding the Parquet files Spark
+cannot read when a batch fails."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from functools import reduce
+
+from pyspark.sql import Column, DataFrame, SparkSession, Window
+from pyspark.sql import functions as F
+
+from cdc_pipeline.config import TableConfig
+from cdc_pipeline.intervals import HOUR_FOLDER_PATTERN
+from spark_jobs import landing
+from spark_jobs.csv_format import read_csv_changes
+from spark_jobs.formats import ChangeRead, read_json_changes
+from spark_jobs.landing import LandingFile, ParquetPlan, Refusal
+from spark_jobs.transforms import (
+    ARRIVAL,
+    BATCH,
+    FILE,
+    ROW,
+)
+
+
+def _with_arrival(df: DataFrame, row_position: str) -> DataFrame:
+    """Add `_cdc_batch` (from the dt=/hr= folder), `_cdc_file` and `_cdc_row` to a file scan."""
+    path = F.col("_metadata.file_path")
+    pattern = HOUR_FOLDER_PATTERN + r"/[^/]*$"
+    # Spark gives file names URL-encoded (a space as %20, % as %25) and leaves + as it is:
+    # decoded back to the landed name (+ protected first, as the decoder reads it as a space),
+    # so `_cdc_file` is what the ledger calls the file.
+    name = F.url_decode(F.replace(F.col("_metadata.file_name"), F.lit("+"), F.lit("%2B")))
+    # intervals.batch_id in Spark: the day, "T", the hour.
+    batch = F.concat(
+        F.regexp_extract(path, pattern, 1), F.lit("T"), F.regexp_extract(path, pattern, 2)
+    )
+    if row_position == "row_index":
+        return df.select(
+            "*",
+            batch.alias(BATCH),
+            name.alias(FILE),
+            F.col("_metadata.row_index").alias(ROW),
+        )
+    # Text formats have no row index: order each file's rows by split offset, then by the
+    # scan's increasing id (increasing within a split), and number them.
+    scanned = df.select(
+        "*",
+        batch.alias(BATCH),
+        name.alias(FILE),
+        path.alias("__path"),
+        F.col("_metadata.file_block_start").alias("__block"),
+        F.monotonically_increasing_id().alias("__scan_id"),
+    )
+    window = Window.partitionBy("__path").orderBy("__block", "__scan_id")
+    return scanned.withColumn(ROW, F.row_number().over(window) - 1).drop(
+        "__path", "__block", "__scan_id"
+    )
+
+
+def read_landing(
+    spark: SparkSession,
+    table: TableConfig,
+    files: Sequence[LandingFile],
+    parquet: ParquetPlan | None = None,
+) -> ChangeRead:
+    """The change rows of `files` as read (csv/json values as text) with arrival columns;
+    Parquet files as `parquet` groups them (probed here when not given)."""
+    paths = [landing.spark_path(f.path) for f in files]
+    if table.file_format == "json":
+        lines = _with_arrival(spark.read.text(paths), "scan")
+        return read_json_changes(spark, table, lines)
+    if table.file_format == "parquet":
+        return _read_parquet(spark, table, files, parquet)
+    # CSV: each line parsed against its file's header (spark_jobs/csv_format.py).
+    return read_csv_changes(
+        spark, table, [f.path for f in files], lambda df: _with_arrival(df, "scan")
+    )
+
+
+def _read_parquet(
+    spark: SparkSession,
+    table: TableConfig,
+    files: Sequence[LandingFile],
+    parquet: ParquetPlan | None,
+) -> ChangeRead:
+    """Each group of same-schema files read on its own, cast to the run's column types, then
+    unioned: a column that is an int in one file and a string in another never fails the read."""
+    plan = parquet or landing.plan_parquet(files, table.columns, table.flag_source)
+    technical = {table.flag_source, *ARRIVAL}
+    frames = [
+        _with_arrival(
+            spark.read.option("mergeSchema", "true").parquet(
+                *[landing.spark_path(f.path) for f in group]
+            ),
+            "row_index",
+        )
+        for group in plan.groups
+    ]
+    if len(frames) == 1:
+        frame = frames[0]
+        found = {
+            f.name: f.dataType.simpleString()
+            for f in frame.schema.fields
+            if f.name not in technical
+        }
+        return _flat_read(table, frame, found)
+    cast = [
+        frame.select(
+            *[
+                F.col(f"`{f.name}`").cast(plan.column_types[f.name]).alias(f.name)
+                if f.name in plan.column_types
+                and f.dataType.simpleString() != plan.column_types[f.name]
+                else F.col(f"`{f.name}`")
+                for f in frame.schema.fields
+            ]
+        )
+        for frame in frames
+    ]
+    result = reduce(lambda a, b: a.unionByName(b, allowMissingColumns=True), cast)
+    found = {c: t for c, t in plan.column_types.items() if c not in technical}
+    return _flat_read(table, result, found)
+
+
+def _flat_read(table: TableConfig, frame: DataFrame, found: dict[str, str]) -> ChangeRead:
+    """A parquet or csv read: declared columns win; undeclared ones are reported."""
+    if table.columns is None:
+        return ChangeRead(frame, dict(found))
+    undeclared = sorted(set(found) - set(table.columns))
+    return ChangeRead(frame, dict(table.columns), undeclared=undeclared)
+
+
+def arrival_names(versions: dict[tuple[str, str], str]) -> Column:
+    """`_cdc_file` of later versions of a file: `name~v002`, ... (so they rank after the first)."""
+    column = F.col(FILE)
+    for (batch, name), file in versions.items():
+        column = F.when((F.col(BATCH) == batch) & (F.col(FILE) == name), F.lit(file)).otherwise(
+            column
+        )
+    return column
+
+
+def files_spark_cannot_read(
+    spark: SparkSession, files: Sequence[LandingFile], error: Exception
+) -> list[Refusal]:
+    """The Parquet files whose data Spark cannot read on their own: one full read of each (only
+    after the whole hour's read failed); re-raises `error` when every file reads alone."""
+    refusals = []
+    for landing_file in files:
+        try:
+            # The noop sink reads every row of every column and writes nothing.
+            frame = spark.read.parquet(landing.spark_path(landing_file.path))
+            frame.write.format("noop").mode("overwrite").save()
+        except Exception as own:
+            reason = (
+                f"unreadable Parquet file {landing_file.name} ({landing_file.size} bytes): its "
+                f"footer reads but its data does not ({_spark_cause(own)})"
+            )
+            refusals.append(
+                Refusal(
+                    landing_file.batch,
+                    landing_file.file,
+                    landing_file.relative,
+                    reason,
+                    landing_file,
+                )
+            )
+    if not refusals:
+        raise error
+    return refusals
+
+
+def _spark_cause(error: Exception) -> str:
+    """The innermost cause a Spark error names, in a few words (never a path or a trace)."""
+    text = str(error)
+    causes = re.findall(r"Caused by: ([\w.$]+(?:Exception|Error))(?:: ([^\n]*))?", text)
+    if causes:
+        kind, message = causes[-1]
+        short = kind.rsplit(".", 1)[-1]
+        message = re.sub(r"(file:)?/\S+", "<file>", message or "").strip()
+        return f"{short}: {message}"[:200].rstrip(": ")
+    error_class = re.search(r"\[([A-Z_.]+)\]", text)
+    return error_class.group(1) if error_class else type(error).__name__

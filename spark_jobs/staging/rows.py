@@ -1,0 +1,279 @@
+"""The typed rows of a stage run: read the planned files, settle their schema against staging's
+(evolve, or refuse the batch), type every value and split the rows to staging and quarantine."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from pyspark.errors import AnalysisException
+from pyspark.sql import Column, DataFrame
+from pyspark.sql import functions as F
+
+from cdc_pipeline.config import EVENT_FORMATS, TableConfig
+from cdc_pipeline.errors import CdcError, ConfigError, InputError
+from cdc_pipeline.intervals import Interval
+from cdc_pipeline.schema import plan_schema
+from spark_jobs import delta, extracts, landing
+from spark_jobs.common import StepContext
+from spark_jobs.formats import ChangeRead
+from spark_jobs.landing import LandingFile, ParquetPlan
+from spark_jobs.staging.commit import refuse_batch
+from spark_jobs.staging.notices import warn
+from spark_jobs.staging.plan import StagePlan, StageRows, check_extract_files, files_in
+from spark_jobs.staging.readers import arrival_names, files_spark_cannot_read, read_landing
+from spark_jobs.transforms import (
+    ABSENT,
+    ARRIVAL,
+    BATCH,
+    FILE,
+    FLAG,
+    REASON,
+    good_changes,
+    quarantined_changes,
+    quoted,
+    type_changes,
+)
+
+NEWEST = "newest_change"  # per-file count: the newest sequence time among its good rows
+
+
+def table_column_types(table: TableConfig, staging: delta.Snapshot) -> dict[str, str] | None:
+    """Staging's data columns and types (None before staging exists)."""
+    if staging.schema is None:
+        return None
+    technical = {*ARRIVAL, FLAG, ABSENT, table.partition_column, *extracts.HASH_COLUMNS}
+    return {
+        f.name: f.dataType.simpleString() for f in staging.schema.fields if f.name not in technical
+    }
+
+
+def staging_columns(table: TableConfig, column_types: dict[str, str]) -> list[str]:
+    """Staging's columns: data columns (and a snapshot's hashes), the partition column, the flag,
+    (event formats) the columns a change did not carry, and the arrival columns."""
+    partition = table.partition_by
+    hashes = list(extracts.HASH_COLUMNS) if table.change_format == "snapshot" else []
+    absent = [ABSENT] if table.change_format in EVENT_FORMATS or table.ignore_null_updates else []
+    return [*column_types, *hashes, *partition, FLAG, *absent, *ARRIVAL]
+
+
+def read_planned(
+    context: StepContext,
+    interval: Interval,
+    plan: StagePlan,
+    in_staging: set[tuple[str, str]],
+    counts: dict[str, Any],
+) -> StageRows:
+    """Read and type the planned files. When Spark cannot read a Parquet batch, the files it cannot
+    read are found one by one, refused (added to the plan's refusals) and the rest read again."""
+    spark, table = context.spark, context.table
+    rows = StageRows()
+    if plan.to_read:
+        read_args = (interval, plan.staging, plan.snapshot_batch, in_staging, counts)
+        try:
+            rows.good, rows.bad, rows.per_file, rows.release = _typed_changes(
+                context, plan.to_read, plan.parquet, *read_args
+            )
+        except CdcError:
+            raise
+        except Exception as error:
+            if table.file_format != "parquet":
+                raise
+            unreadable = files_spark_cannot_read(spark, plan.to_read, error)
+            if table.change_format == "snapshot":
+                check_extract_files(table, interval, [], unreadable)
+            plan.refusals += unreadable
+            plan.refused |= {(r.batch, r.file) for r in unreadable}
+            plan.to_read = [f for f in plan.to_read if f.ident not in plan.refused]
+            counts["files_refused"] += len(unreadable)
+            for refusal in unreadable:
+                warn(
+                    f"table {table.name}: {interval}: file {refusal.relative} refused "
+                    f"(quarantined): {refusal.reason}"
+                )
+            plan.parquet = landing.plan_parquet(plan.to_read, table.columns, table.flag_source)
+            rows.good, rows.bad, rows.per_file, rows.release = (
+                _typed_changes(context, plan.to_read, plan.parquet, *read_args)
+                if plan.to_read
+                else (None, None, [], [])
+            )
+    return rows
+
+
+def _typed_changes(
+    context: StepContext,
+    to_read: Sequence[LandingFile],
+    parquet: ParquetPlan | None,
+    interval: Interval,
+    staging: delta.Snapshot,
+    snapshot_batch: str | None,
+    in_staging: set[tuple[str, str]],
+    counts: dict[str, Any],
+) -> tuple[DataFrame, DataFrame, list[dict[str, Any]], list[Callable[[], Any]]]:
+    """Read and type the files: (good rows, bad rows, per-file counts, frames to unpersist).
+
+    Good rows of files already in staging are dropped for a snapshot extract only; for change
+    files `recovery.settle_unrecorded` decides (the file may have changed since)."""
+    spark, table, paths = context.spark, context.table, context.paths
+    read, raw = _read_files(context, to_read, parquet, interval, snapshot_batch, counts)
+    is_snapshot = table.change_format == "snapshot"
+    flag_present = not is_snapshot and table.flag_source in raw.columns
+    if not flag_present and not table.insert_only and not is_snapshot:
+        raise InputError(
+            f"table {table.name}: the change files of {interval} have no flag column {table.flag_column}"
+        )
+    policy = table.on_schema_change if table.columns is None else "evolve"
+    plan = plan_schema(table_column_types(table, staging), read.batch_types, policy)
+    if plan.refused:
+        _refuse_schema(context, interval, to_read, read, raw, flag_present, plan.refused)
+    column_types = plan.columns
+    if table.columns is None and not staging.exists:
+        _check_identity_columns(table, read.batch_types)
+    typed, per_file = _typed_rows(table, read, raw, column_types, flag_present, is_snapshot)
+    file_key = F.concat_ws("/", F.col(BATCH), F.col(FILE))
+    columns = staging_columns(table, column_types)
+    release: list[Callable[[], Any]] = [typed.unpersist]
+    if ABSENT not in columns and staging.schema is not None and ABSENT in staging.schema.names:
+        # ignore_null_updates turned off: staging keeps the column; new rows carry every value.
+        typed = typed.withColumn(ABSENT, F.lit(None).cast("array<string>"))
+        columns.insert(columns.index(FLAG) + 1, ABSENT)
+    if plan.changes and staging.exists:
+        changed = delta.evolve_table(spark, paths.staging, typed.select(*columns).schema)
+        counts.update(columns_added=len(plan.added), columns_widened=len(plan.widened))
+        warn(f"table {table.name}: {interval}: staging schema evolved: {', '.join(changed)}")
+    elif staging.schema is not None and not set(columns) <= set(staging.schema.fieldNames()):
+        # A staging table from before `_cdc_absent` existed gains it (metadata only).
+        delta.evolve_table(spark, paths.staging, typed.select(*columns).schema)
+    good = good_changes(typed, columns)
+    if snapshot_batch is not None:
+        held = typed.filter(F.col(REASON).isNotNull())  # quarantined rows whose key is known
+        for key in table.keys:
+            held = held.filter(F.col(key).isNotNull())
+        derived, operations = extracts.derive_changes(context, good, held, snapshot_batch, columns)
+        counts.update(operations)
+        good = derived
+        release.append(derived.unpersist)
+        good = good.filter(~file_key.isin([f"{b}/{n}" for b, n in in_staging]))
+    bad = quarantined_changes(typed, table, column_types)
+    release.append(read.release)
+    return good, bad, per_file, release
+
+
+def _check_identity_columns(table: TableConfig, found: dict[str, str | None]) -> None:
+    """keys and sequence_by name columns of the data: without declared `columns`, `cdc validate`
+    cannot know them, so the first batch with any column checks them (a ConfigError naming the
+    field and the columns there are, before anything is written; every row would otherwise be
+    quarantined for a null key or sequence, run after run)."""
+    data = [c for c in found if not c.startswith("_cdc_")]
+    if not data:
+        return  # nothing readable yet: the rows are quarantined with their own reasons
+    for field_name, names in (("keys", table.keys), ("sequence_by", table.sequence_by)):
+        missing = [c for c in names if c not in found]
+        if missing:
+            raise ConfigError(
+                f"table {table.name}: {field_name}: {', '.join(missing)} is not a column of the "
+                f"data (its columns: {', '.join(data)}); name columns the change files carry"
+            )
+
+
+def _read_files(
+    context: StepContext,
+    to_read: Sequence[LandingFile],
+    parquet: ParquetPlan | None,
+    interval: Interval,
+    snapshot_batch: str | None,
+    counts: dict[str, Any],
+) -> tuple[ChangeRead, DataFrame]:
+    """The files' rows as read, with their arrival (a new version's file name, an extract's
+    time); the fields the config ignores are counted and named."""
+    spark, table = context.spark, context.table
+    read = read_landing(spark, table, to_read, parquet)
+    raw = read.frame
+    versions = {(f.batch, f.name): f.file for f in to_read if f.is_new_version}
+    if versions:
+        raw = raw.withColumn(FILE, arrival_names(versions))
+    if snapshot_batch is not None:
+        raw = raw.withColumn(extracts.SNAPSHOT_AT, extracts.snapshot_time(F.col(BATCH)))
+        read.batch_types[extracts.SNAPSHOT_AT] = "timestamp"
+    counts.update(read.ignored)
+    if read.undeclared:
+        counts["undeclared_columns_ignored"] = len(read.undeclared)
+        warn(
+            f"table {table.name}: {interval}: columns not in the config row are ignored: "
+            + ", ".join(read.undeclared)
+        )
+    return read, raw
+
+
+def _refuse_schema(
+    context: StepContext,
+    interval: Interval,
+    to_read: Sequence[LandingFile],
+    read: ChangeRead,
+    raw: DataFrame,
+    flag_present: bool,
+    refused: list[str],
+) -> None:
+    """Quarantine the batch whose schema cannot be applied, and fail the step (`refuse_batch`)."""
+    spark, paths = context.spark, context.paths
+    quarantine = delta.load_snapshot(paths.quarantine)
+    batches = sorted({f.batch for f in to_read})
+    read.frame = raw
+    refuse_batch(
+        context,
+        interval,
+        read,
+        flag_present,
+        refused,
+        files_in(spark, quarantine, batches),
+    )
+
+
+def _typed_rows(
+    table: TableConfig,
+    read: ChangeRead,
+    raw: DataFrame,
+    column_types: dict[str, str],
+    flag_present: bool,
+    is_snapshot: bool,
+) -> tuple[DataFrame, list[dict[str, Any]]]:
+    """The typed rows (persisted; an extract's with their hashes) and each file's count of good
+    and bad rows. A partition_expression Spark cannot analyse is a ConfigError."""
+    try:
+        typed = type_changes(raw, table, column_types, flag_present)
+        if is_snapshot:
+            typed = extracts.with_hashes(typed, table, list(column_types))
+        typed = typed.persist()
+        try:
+            # The first action over the rows: a file Spark cannot read fails here, before any
+            # write.
+            per_file = [
+                r.asDict()
+                for r in typed.groupBy(BATCH, FILE)
+                .agg(
+                    F.sum(F.when(F.col(REASON).isNull(), 1).otherwise(0)).alias("good"),
+                    F.sum(F.when(F.col(REASON).isNotNull(), 1).otherwise(0)).alias("bad"),
+                    _newest_change(table, column_types).alias(NEWEST),
+                )
+                .collect()  # metadata: one row per file
+            ]
+        except Exception:
+            typed.unpersist()
+            read.release()
+            raise
+    except AnalysisException as error:
+        message = str(error).strip().splitlines()[0]
+        raise ConfigError(f"table {table.name}: partition_expression: {message}") from None
+    return typed, per_file
+
+
+def _newest_change(table: TableConfig, column_types: dict[str, str]) -> Column:
+    """Newest value of the first sequence column among a file's good rows, when it is a time or
+    a date (the ledger keeps it: freshness by data); null otherwise."""
+    column = table.sequence_by[0]
+    kind = column_types.get(column, "")
+    if kind not in ("timestamp", "timestamp_ntz", "date") or column not in column_types:
+        return F.lit(None).cast("string")
+    # As text in the session's time zone (UTC): a Python datetime would take the driver's zone.
+    newest = F.max(F.when(F.col(REASON).isNull(), F.col(quoted(column)).cast("timestamp")))
+    return F.date_format(newest, "yyyy-MM-dd'T'HH:mm:ss.SSSSSS")
