@@ -15,7 +15,7 @@ from cdc_pipeline.intervals import Interval
 from spark_jobs import delta, landing
 from spark_jobs.common import StepArgs, StepContext, StepReport, run_step
 from spark_jobs.staging.commit import commit_rows
-from spark_jobs.staging.ledger import add_ledger_rows, append_ledger
+from spark_jobs.staging.ledger import append_ledger, staged_ledger_rows
 from spark_jobs.staging.notices import warn_landing, warn_outside_window
 from spark_jobs.staging.plan import count_planned, files_in, plan_stage
 from spark_jobs.staging.recovery import leave_changed_files, settle_crashed_run
@@ -61,25 +61,23 @@ def _stage_attempt(context: StepContext, interval: Interval) -> StepReport | Non
     in_quarantine = files_in(spark, quarantine, batches)
     delta.inject_fault("stage:before_first_write")
     rows = read_planned(context, interval, plan, in_staging, counts)
-    settle_crashed_run(context, plan, rows, in_staging, in_quarantine, ledger_rows, now, run_id)
-    leave_changed_files(table, interval, plan, rows, counts)
     try:
-        committed = commit_rows(context, plan, rows, in_quarantine, quarantine)
+        rows = settle_crashed_run(context, rows, in_staging, in_quarantine, now, run_id)
+        rows = leave_changed_files(table, interval, rows, counts)
+        committed = commit_rows(context, rows, in_quarantine, quarantine)
     finally:
         for done_with in rows.release:
             done_with()
     if committed is None:
         return None
-    staged, staging_version, quarantined, quarantine_version = committed
     delta.inject_fault("stage:before_ledger_commit")
-    add_ledger_rows(plan, rows, ledger_rows, now, run_id)
-    append_ledger(paths.ledger, ledger_rows)
+    append_ledger(paths.ledger, ledger_rows + staged_ledger_rows(rows, now, run_id))
     counts.update(
         rows_read=sum(int(r["good"]) + int(r["bad"]) for r in rows.per_file),
-        staged=staged,
-        quarantined=quarantined,
-        staging_version=staging_version,
-        quarantine_version=quarantine_version,
+        staged=committed.staged,
+        quarantined=committed.quarantined,
+        staging_version=committed.staging_version,
+        quarantine_version=committed.quarantine_version,
     )
     return report
 

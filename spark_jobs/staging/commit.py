@@ -17,7 +17,7 @@ from spark_jobs import delta
 from spark_jobs.common import StepContext
 from spark_jobs.formats import ChangeRead
 from spark_jobs.landing import Refusal
-from spark_jobs.staging.plan import StagePlan, StageRows
+from spark_jobs.staging.plan import Committed, StageRows
 from spark_jobs.transforms import (
     BATCH,
     FILE,
@@ -60,16 +60,14 @@ def _commit_staging(
 
 def commit_rows(
     context: StepContext,
-    plan: StagePlan,
     rows: StageRows,
     in_quarantine: set[tuple[str, str]],
     quarantine: delta.Snapshot,
-) -> tuple[int, int, int, int] | None:
-    """Append the good rows to staging, then the bad rows and the new refusals to quarantine:
-    (rows staged, staging version, rows quarantined, quarantine version); None when another
-    run staged first (nothing was committed: plan again)."""
+) -> Committed | None:
+    """Append the good rows to staging, then the bad rows and the new refusals to quarantine;
+    None when another run staged first (nothing was committed: plan again)."""
     spark, table, paths = context.spark, context.table, context.paths
-    good, bad = rows.good, rows.bad
+    plan, good, bad = rows.plan, rows.good, rows.bad
     new_refusals = [r for r in plan.refusals if (r.batch, r.file) not in in_quarantine]
     if good is not None:
         appended = _commit_staging(paths.staging, good, plan.staging)
@@ -83,7 +81,7 @@ def commit_rows(
         # Nothing to quarantine (the per-file counts say so): no Spark job, no commit; the
         # table is created if it is missing, as an append of no rows did.
         delta.ensure_table(paths.quarantine, schema, [BATCH])
-        return staged, staging_version, 0, delta.load_snapshot(paths.quarantine).version
+        return Committed(staged, staging_version, 0, delta.load_snapshot(paths.quarantine).version)
     if new_refusals or bad is None:
         refused_rows = _refusal_rows(spark, new_refusals, schema)
         bad = refused_rows if bad is None else bad.unionByName(refused_rows)
@@ -91,7 +89,7 @@ def commit_rows(
     quarantined, quarantine_version = _commit_append(
         paths.quarantine, bad, [BATCH], "quarantine", "stage:before_quarantine_commit"
     )
-    return staged, staging_version, quarantined, quarantine_version
+    return Committed(staged, staging_version, quarantined, quarantine_version)
 
 
 def _quarantine_schema(table: TableConfig, quarantine: delta.Snapshot) -> StructType:

@@ -10,7 +10,7 @@ from typing import Any
 import pyarrow as pa
 
 from spark_jobs import delta, landing
-from spark_jobs.staging.plan import StagePlan, StageRows
+from spark_jobs.staging.plan import StageRows
 from spark_jobs.staging.rows import NEWEST
 from spark_jobs.transforms import (
     BATCH,
@@ -18,16 +18,12 @@ from spark_jobs.transforms import (
 )
 
 
-def add_ledger_rows(
-    plan: StagePlan,
-    rows: StageRows,
-    ledger_rows: list[dict[str, Any]],
-    now: datetime,
-    run_id: str,
-) -> None:
-    """The ledger rows of the files read (their row counts), of the pending files that gave no
-    rows, and of the refusals."""
+def staged_ledger_rows(rows: StageRows, now: datetime, run_id: str) -> list[dict[str, Any]]:
+    """The ledger rows of the versions a crashed run left unrecorded, of the files read (their
+    row counts), of the pending files that gave no rows, and of the refusals."""
+    plan = rows.plan
     by_ident = {f.ident: f for f in plan.pending}
+    ledger_rows = list(rows.recorded)
     ledger_rows += [
         landing.ledger_row(
             by_ident.get((r[BATCH], r[FILE])),
@@ -53,6 +49,7 @@ def add_ledger_rows(
         landing.ledger_row(r.source, r.batch, r.file, 0, 1, r.reason, now, run_id)
         for r in plan.refusals
     ]
+    return ledger_rows
 
 
 def append_ledger(path: Path, rows: list[dict[str, Any]]) -> None:

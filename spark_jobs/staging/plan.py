@@ -21,9 +21,12 @@ from spark_jobs.transforms import (
 )
 
 
-@dataclass
+@dataclass(frozen=True)
 class StagePlan:
-    """What one stage run reads and refuses: the interval's landing listing against the ledger."""
+    """What one stage run reads and refuses: the interval's landing listing against the ledger.
+
+    Never changed once made: a step that learns more (a file Spark cannot read, a file that
+    changed while read) makes a new plan with `replace`."""
 
     listing: landing.Listing
     ledger: dict[tuple[str, str], landing.LedgerEntry]
@@ -34,19 +37,32 @@ class StagePlan:
     snapshot_batch: str | None
     to_read: list[LandingFile]
     parquet: ParquetPlan | None
-    refused: set[tuple[str, str]]
+    refused: frozenset[tuple[str, str]]
     outside_window: list[LandingFile]  # landed before the window, not staged: reported only
 
 
-@dataclass
+@dataclass(frozen=True)
 class StageRows:
-    """The typed rows of the files read (to staging, to quarantine), per-file counts, and the
-    frames to unpersist once committed; good and bad are None when no file was read."""
+    """The plan as read, the typed rows of its files (to staging, to quarantine), per-file counts,
+    the frames to unpersist once committed, and the ledger rows of versions a crashed run left
+    unrecorded; good and bad are None when no file was read."""
 
+    plan: StagePlan
     good: DataFrame | None = None
     bad: DataFrame | None = None
     per_file: list[Any] = field(default_factory=list)
     release: list[Callable[[], Any]] = field(default_factory=list)
+    recorded: list[dict[str, Any]] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class Committed:
+    """What a stage run committed: rows and the version of staging, then of quarantine."""
+
+    staged: int
+    staging_version: int
+    quarantined: int
+    quarantine_version: int
 
 
 def plan_stage(context: StepContext, interval: Interval) -> StagePlan:
@@ -79,7 +95,7 @@ def plan_stage(context: StepContext, interval: Interval) -> StagePlan:
         refusals += parquet.refusals
         if is_snapshot:
             check_extract_files(table, interval, [], parquet.refusals)
-    refused = {(r.batch, r.file) for r in refusals}
+    refused = frozenset((r.batch, r.file) for r in refusals)
     to_read = [f for f in to_read if f.ident not in refused]
     return StagePlan(
         listing,

@@ -19,7 +19,7 @@ from spark_jobs import delta, landing
 from spark_jobs.common import StepContext
 from spark_jobs.landing import LandingFile
 from spark_jobs.staging.notices import listed, warn
-from spark_jobs.staging.plan import StagePlan, StageRows
+from spark_jobs.staging.plan import StageRows
 from spark_jobs.staging.readers import arrival_names
 from spark_jobs.transforms import (
     BATCH,
@@ -31,73 +31,77 @@ from spark_jobs.transforms import (
 
 def settle_crashed_run(
     context: StepContext,
-    plan: StagePlan,
     rows: StageRows,
     in_staging: set[tuple[str, str]],
     in_quarantine: set[tuple[str, str]],
-    ledger_rows: list[dict[str, Any]],
     now: datetime,
     run_id: str,
-) -> None:
+) -> StageRows:
     """Change files only: settle the file versions a crashed run left in staging or quarantine
-    but not in the ledger (their rows dropped from `rows`, their ledger rows added)."""
-    if rows.good is not None and rows.bad is not None and plan.snapshot_batch is None:
-        # A crash between the staging, quarantine and ledger commits leaves file versions in
-        # staging or quarantine that the ledger does not know; their file may have changed since.
-        settled = settle_unrecorded(
-            context,
-            plan.ledger,
-            plan.pending,
-            rows.good,
-            rows.bad,
-            rows.per_file,
-            in_staging,
-            in_quarantine,
-            plan.files,
-            plan.refused,
-        )
-        rows.good, rows.bad, rows.per_file, plan.pending = (
-            settled.good,
-            settled.bad,
-            settled.per_file,
-            settled.pending,
-        )
-        ledger_rows += [
+    but not in the ledger (their rows dropped, their ledger rows in `recorded`)."""
+    plan = rows.plan
+    if rows.good is None or rows.bad is None or plan.snapshot_batch is not None:
+        return rows
+    # A crash between the staging, quarantine and ledger commits leaves file versions in
+    # staging or quarantine that the ledger does not know; their file may have changed since.
+    settled = settle_unrecorded(
+        context,
+        plan.ledger,
+        plan.pending,
+        rows.good,
+        rows.bad,
+        rows.per_file,
+        in_staging,
+        in_quarantine,
+        plan.files,
+        plan.refused,
+    )
+    return replace(
+        rows,
+        plan=replace(plan, pending=settled.pending),
+        good=settled.good,
+        bad=settled.bad,
+        per_file=settled.per_file,
+        recorded=[
             landing.ledger_row(None, batch, file, staged_rows, quarantined_rows, None, now, run_id)
             for batch, file, staged_rows, quarantined_rows in settled.recorded
-        ]
+        ],
+    )
 
 
 def leave_changed_files(
-    table: TableConfig,
-    interval: Interval,
-    plan: StagePlan,
-    rows: StageRows,
-    counts: dict[str, Any],
-) -> None:
+    table: TableConfig, interval: Interval, rows: StageRows, counts: dict[str, Any]
+) -> StageRows:
     """Drop the rows of files that changed while Spark read them: the next run stages their next
     version (a changed extract file stops the run instead)."""
-    if rows.good is not None and rows.bad is not None:
-        # A file that changed while Spark read it is left for the next run (its next version).
-        changed = [f for f in plan.to_read if landing.has_changed(f)]
-        if changed and plan.snapshot_batch is not None:
-            raise InputError(
-                f"table {table.name}: {interval}: the extract file {changed[0].relative} changed "
-                "while it was read; nothing was staged: rerun the interval once it is complete"
-            )
-        moved = [f for f in plan.pending if f.path in {c.path for c in changed}]
-        if moved:
-            counts["files_deferred"] += len(moved)
-            warn(
-                f"table {table.name}: {interval}: files changed while they were read, left for "
-                "the next run: " + listed([f.relative for f in moved])
-            )
-            skipped = [f"{f.batch}/{f.file}" for f in moved]
-            file_key = F.concat_ws("/", F.col(BATCH), F.col(FILE))
-            rows.good = rows.good.filter(~file_key.isin(skipped))
-            rows.bad = rows.bad.filter(~file_key.isin(skipped))
-            rows.per_file = [r for r in rows.per_file if f"{r[BATCH]}/{r[FILE]}" not in skipped]
-            plan.pending = [f for f in plan.pending if f"{f.batch}/{f.file}" not in skipped]
+    plan = rows.plan
+    if rows.good is None or rows.bad is None:
+        return rows
+    changed = [f for f in plan.to_read if landing.has_changed(f)]
+    if changed and plan.snapshot_batch is not None:
+        raise InputError(
+            f"table {table.name}: {interval}: the extract file {changed[0].relative} changed "
+            "while it was read; nothing was staged: rerun the interval once it is complete"
+        )
+    moved = [f for f in plan.pending if f.path in {c.path for c in changed}]
+    if not moved:
+        return rows
+    counts["files_deferred"] += len(moved)
+    warn(
+        f"table {table.name}: {interval}: files changed while they were read, left for "
+        "the next run: " + listed([f.relative for f in moved])
+    )
+    skipped = [f"{f.batch}/{f.file}" for f in moved]
+    file_key = F.concat_ws("/", F.col(BATCH), F.col(FILE))
+    return replace(
+        rows,
+        plan=replace(
+            plan, pending=[f for f in plan.pending if f"{f.batch}/{f.file}" not in skipped]
+        ),
+        good=rows.good.filter(~file_key.isin(skipped)),
+        bad=rows.bad.filter(~file_key.isin(skipped)),
+        per_file=[r for r in rows.per_file if f"{r[BATCH]}/{r[FILE]}" not in skipped],
+    )
 
 
 @dataclass
@@ -121,7 +125,7 @@ def settle_unrecorded(
     in_staging: set[tuple[str, str]],
     in_quarantine: set[tuple[str, str]],
     files: landing.FilePlan,
-    refused: set[tuple[str, str]],
+    refused: frozenset[tuple[str, str]],
 ) -> Settled:
     """Drop the rows staging or quarantine already hold, and give changed files a new version.
 

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from typing import Any
 
 from pyspark.errors import AnalysisException
@@ -65,57 +66,55 @@ def read_planned(
     counts: dict[str, Any],
 ) -> StageRows:
     """Read and type the planned files. When Spark cannot read a Parquet batch, the files it cannot
-    read are found one by one, refused (added to the plan's refusals) and the rest read again."""
+    read are found one by one, refused (the rows' plan has them among its refusals) and the rest
+    read again."""
     spark, table = context.spark, context.table
-    rows = StageRows()
-    if plan.to_read:
-        read_args = (interval, plan.staging, plan.snapshot_batch, in_staging, counts)
-        try:
-            rows.good, rows.bad, rows.per_file, rows.release = _typed_changes(
-                context, plan.to_read, plan.parquet, *read_args
-            )
-        except CdcError:
+    if not plan.to_read:
+        return StageRows(plan)
+    try:
+        return _typed_changes(context, interval, plan, in_staging, counts)
+    except CdcError:
+        raise
+    except Exception as error:
+        if table.file_format != "parquet":
             raise
-        except Exception as error:
-            if table.file_format != "parquet":
-                raise
-            unreadable = files_spark_cannot_read(spark, plan.to_read, error)
-            if table.change_format == "snapshot":
-                check_extract_files(table, interval, [], unreadable)
-            plan.refusals += unreadable
-            plan.refused |= {(r.batch, r.file) for r in unreadable}
-            plan.to_read = [f for f in plan.to_read if f.ident not in plan.refused]
-            counts["files_refused"] += len(unreadable)
-            for refusal in unreadable:
-                warn(
-                    f"table {table.name}: {interval}: file {refusal.relative} refused "
-                    f"(quarantined): {refusal.reason}"
-                )
-            plan.parquet = landing.plan_parquet(plan.to_read, table.columns, table.flag_source)
-            rows.good, rows.bad, rows.per_file, rows.release = (
-                _typed_changes(context, plan.to_read, plan.parquet, *read_args)
-                if plan.to_read
-                else (None, None, [], [])
-            )
-    return rows
+        unreadable = files_spark_cannot_read(spark, plan.to_read, error)
+    if table.change_format == "snapshot":
+        check_extract_files(table, interval, [], unreadable)
+    refused = plan.refused | {(r.batch, r.file) for r in unreadable}
+    to_read = [f for f in plan.to_read if f.ident not in refused]
+    plan = replace(
+        plan,
+        refusals=[*plan.refusals, *unreadable],
+        refused=refused,
+        to_read=to_read,
+        parquet=landing.plan_parquet(to_read, table.columns, table.flag_source),
+    )
+    counts["files_refused"] += len(unreadable)
+    for refusal in unreadable:
+        warn(
+            f"table {table.name}: {interval}: file {refusal.relative} refused "
+            f"(quarantined): {refusal.reason}"
+        )
+    if not plan.to_read:
+        return StageRows(plan)
+    return _typed_changes(context, interval, plan, in_staging, counts)
 
 
 def _typed_changes(
     context: StepContext,
-    to_read: Sequence[LandingFile],
-    parquet: ParquetPlan | None,
     interval: Interval,
-    staging: delta.Snapshot,
-    snapshot_batch: str | None,
+    plan: StagePlan,
     in_staging: set[tuple[str, str]],
     counts: dict[str, Any],
-) -> tuple[DataFrame, DataFrame, list[dict[str, Any]], list[Callable[[], Any]]]:
-    """Read and type the files: (good rows, bad rows, per-file counts, frames to unpersist).
+) -> StageRows:
+    """Read and type the plan's files: good rows, bad rows, per-file counts, frames to unpersist.
 
     Good rows of files already in staging are dropped for a snapshot extract only; for change
     files `recovery.settle_unrecorded` decides (the file may have changed since)."""
     spark, table, paths = context.spark, context.table, context.paths
-    read, raw = _read_files(context, to_read, parquet, interval, snapshot_batch, counts)
+    to_read, staging, snapshot_batch = plan.to_read, plan.staging, plan.snapshot_batch
+    read, raw = _read_files(context, to_read, plan.parquet, interval, snapshot_batch, counts)
     is_snapshot = table.change_format == "snapshot"
     flag_present = not is_snapshot and table.flag_source in raw.columns
     if not flag_present and not table.insert_only and not is_snapshot:
@@ -123,10 +122,10 @@ def _typed_changes(
             f"table {table.name}: the change files of {interval} have no flag column {table.flag_column}"
         )
     policy = table.on_schema_change if table.columns is None else "evolve"
-    plan = plan_schema(table_column_types(table, staging), read.batch_types, policy)
-    if plan.refused:
-        _refuse_schema(context, interval, to_read, read, raw, flag_present, plan.refused)
-    column_types = plan.columns
+    schema = plan_schema(table_column_types(table, staging), read.batch_types, policy)
+    if schema.refused:
+        _refuse_schema(context, interval, to_read, read, raw, flag_present, schema.refused)
+    column_types = schema.columns
     if table.columns is None and not staging.exists:
         _check_identity_columns(table, read.batch_types)
     typed, per_file = _typed_rows(table, read, raw, column_types, flag_present, is_snapshot)
@@ -137,9 +136,9 @@ def _typed_changes(
         # ignore_null_updates turned off: staging keeps the column; new rows carry every value.
         typed = typed.withColumn(ABSENT, F.lit(None).cast("array<string>"))
         columns.insert(columns.index(FLAG) + 1, ABSENT)
-    if plan.changes and staging.exists:
+    if schema.changes and staging.exists:
         changed = delta.evolve_table(spark, paths.staging, typed.select(*columns).schema)
-        counts.update(columns_added=len(plan.added), columns_widened=len(plan.widened))
+        counts.update(columns_added=len(schema.added), columns_widened=len(schema.widened))
         warn(f"table {table.name}: {interval}: staging schema evolved: {', '.join(changed)}")
     elif staging.schema is not None and not set(columns) <= set(staging.schema.fieldNames()):
         # A staging table from before `_cdc_absent` existed gains it (metadata only).
@@ -156,7 +155,7 @@ def _typed_changes(
         good = good.filter(~file_key.isin([f"{b}/{n}" for b, n in in_staging]))
     bad = quarantined_changes(typed, table, column_types)
     release.append(read.release)
-    return good, bad, per_file, release
+    return StageRows(plan, good, bad, per_file, release)
 
 
 def _check_identity_columns(table: TableConfig, found: dict[str, str | None]) -> None:
