@@ -32,6 +32,7 @@ from cdc_pipeline.config import ConfigLoadResult, default_config_path, load_tabl
 from cdc_pipeline.errors import ConfigError, TableDamagedError, UsageError
 from cdc_pipeline.jvm import utf8_locale
 from cdc_pipeline.planning import DagPlan, TaskPlan, cron_of, is_due, plan_table_dag
+from cdc_pipeline.steps import step_named
 
 log = logging.getLogger(__name__)
 SPARK_JOBS_DIR = Path(__file__).resolve().parent.parent / "spark_jobs"
@@ -76,7 +77,7 @@ def active_connect_session() -> Any:
 class CdcStepOperator(SparkSubmitOperator, SkipMixin):
     """One CDC step, run as the task's Spark connection says; maintenance skips when not due.
 
-    The task in `MAINTENANCE_GATE` (overwrite_final) also marks every maintenance task that is
+    The task whose step `writes_final` (overwrite_final) also marks every maintenance task that is
     not due as skipped when it succeeds, so a run starts no task process for them (a 65-table
     cycle saves 4 task starts per table). Each maintenance task still checks its cadence
     itself, for runs cleared or triggered task by task.
@@ -172,7 +173,6 @@ class CdcStepOperator(SparkSubmitOperator, SkipMixin):
 
     def execute_connect(self, context: Any) -> dict[str, Any]:
         """The step in this process, as a Spark Connect client of the connection's server."""
-        from cdc_pipeline.steps import step_named
         from spark_jobs.common import load_body, parse_step_args, perform, summary_payload
 
         url = SparkConnectHook(self._conn_id).get_connection_url()
@@ -322,15 +322,12 @@ class CdcStepOperator(SparkSubmitOperator, SkipMixin):
             super().on_kill()
 
 
-# The task that skips the maintenance tasks not due (they all run after it).
-MAINTENANCE_GATE = "overwrite_final"
-
-
 def build_task(plan: DagPlan, task: TaskPlan, config_path: Path) -> CdcStepOperator:
     """One planned task as an operator of the current DAG context."""
     gated = {t.task_id: t.maintenance_schedule for t in plan.tasks if t.is_maintenance}
     return CdcStepOperator(
-        maintenance_after=gated if task.task_id == MAINTENANCE_GATE else None,
+        # The step that writes final skips the maintenance tasks not due (they all run after it).
+        maintenance_after=gated if step_named(task.step).writes_final else None,
         task_id=task.task_id,
         cdc_step=task.step,
         config_path=str(config_path.resolve()),

@@ -30,6 +30,7 @@ from cdc_airflow.alerts import (
 from cdc_pipeline.durations import format_duration
 from cdc_pipeline.manual_runs import run_interval
 from cdc_pipeline.planning import DagPlan, TaskPlan, cron_of, table_asset_uri
+from cdc_pipeline.steps import step_named
 
 log = logging.getLogger(__name__)
 
@@ -64,7 +65,7 @@ def task_arguments(plan: DagPlan, task: TaskPlan) -> dict[str, Any]:
         arguments["retries"] = task.retries
     if plan.notify:
         arguments["on_failure_callback"] = CdcNotifier(plan.table, plan.notify)
-    if task.task_id == "stage" and plan.max_quarantine_fraction is not None:
+    if step_named(task.step).checks_quarantine and plan.max_quarantine_fraction is not None:
         arguments["post_execute"] = QuarantineCheck(
             plan.table, plan.max_quarantine_fraction, plan.quarantine_action, plan.notify
         )

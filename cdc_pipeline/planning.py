@@ -12,7 +12,7 @@ from cdc_pipeline.durations import parse_duration
 
 # One preset table and one cron check for validation, DAGs and cadences (re-exported here).
 from cdc_pipeline.schedules import PRESETS, cron_of, is_due  # noqa: F401
-from cdc_pipeline.steps import dag_steps
+from cdc_pipeline.steps import dag_steps, step_named
 
 # `cdc_interval` (a macro of each CDC DAG, cdc_pipeline.manual_runs.run_interval) is the run's
 # data interval, or for a run triggered without a logical date the latest complete interval.
@@ -61,10 +61,9 @@ class DagPlan:
     asset_uri: str = ""
 
 
-# The pool `cdc_<name>` (1 slot) serializes the tasks that rewrite a table's files, so maintenance
-# never runs beside another run's rewrite (and two rewrites, which would conflict at commit and
-# recompute, take turns). `stage` only appends and stays out: overlapping runs stage in parallel.
-POOLED_TASKS = frozenset({"overwrite_final", "reset_staging", "optimize", "vacuum"})
+# The pool `cdc_<name>` (1 slot) serializes the tasks whose step is `pooled` (they rewrite a
+# table's files), so maintenance never runs beside another run's rewrite (and two rewrites, which
+# would conflict at commit and recompute, take turns). Overlapping runs stage in parallel.
 ASSET_URI = "x-cdc://{table}/final"  # x-: a scheme of our own, left as it is by Airflow
 
 
@@ -106,8 +105,8 @@ def plan_table_dag(table: TableConfig) -> DagPlan:
             task,
             execution_timeout=timeout,
             retries=table.retries,
-            pool=table.dag_id if task.task_id in POOLED_TASKS else None,
-            outlets=(asset_uri,) if task.task_id == "overwrite_final" else (),
+            pool=table.dag_id if step_named(task.step).pooled else None,
+            outlets=(asset_uri,) if step_named(task.step).writes_final else (),
         )
         for task in tasks
     )

@@ -27,6 +27,16 @@ class Step:
     needs_spark: bool = True
     in_dag: bool = True
     maintenance: bool = False  # a DAG task that runs on its own cadence (`<module>_schedule`)
+    # Rewrites the table's files: in a DAG it takes the table's pool (when pools are on), so
+    # maintenance never runs beside another run's rewrite. `stage` only appends and stays out.
+    pooled: bool = False
+    # Its success changes final: the table's asset is its outlet, and in a DAG it skips the
+    # maintenance tasks that are not due (they all run after it).
+    writes_final: bool = False
+    # Its counts (XCom return value) are the run's: rows read, staged, quarantined, written.
+    reports_counts: bool = False
+    # Its counts are held against max_quarantine_fraction after it runs.
+    checks_quarantine: bool = False
 
     @property
     def body(self) -> str:
@@ -40,12 +50,22 @@ class Step:
 
 
 STEPS: tuple[Step, ...] = (
-    Step("stage", "stage", "interval", "change sets of [start, end) into staging"),
+    Step(
+        "stage",
+        "stage",
+        "interval",
+        "change sets of [start, end) into staging",
+        reports_counts=True,
+        checks_quarantine=True,
+    ),
     Step(
         "overwrite-final",
         "overwrite_final",
         "interval",
         "rewrite the final partitions the interval's changes touch",
+        pooled=True,
+        writes_final=True,
+        reports_counts=True,
     ),
     Step(
         "reset-staging",
@@ -53,6 +73,7 @@ STEPS: tuple[Step, ...] = (
         "table",
         "staging := final + remembered deletes",
         maintenance=True,
+        pooled=True,
     ),
     Step(
         "optimize",
@@ -60,6 +81,7 @@ STEPS: tuple[Step, ...] = (
         "table",
         "compact small files, Z-order by zorder_by",
         maintenance=True,
+        pooled=True,
     ),
     Step(
         "vacuum",
@@ -68,6 +90,7 @@ STEPS: tuple[Step, ...] = (
         "delete files older than the retention that no version needs",
         needs_spark=False,
         maintenance=True,
+        pooled=True,
     ),
     # Last in the DAG, so it verifies what the run and its maintenance left.
     Step(
@@ -101,3 +124,8 @@ def step_named(name: str) -> Step:
 def dag_steps() -> tuple[Step, ...]:
     """The steps a table's DAG runs, in order."""
     return tuple(step for step in STEPS if step.in_dag)
+
+
+def count_task_ids() -> tuple[str, ...]:
+    """The task ids whose XCom return value holds a run's counts (stage, overwrite_final)."""
+    return tuple(step.task_id for step in dag_steps() if step.reports_counts)

@@ -23,7 +23,7 @@ JSON = "print the summary as one JSON object on stdout"
 
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of `cdc` and its commands."""
-    from spark_jobs.common import add_step_arguments
+    from spark_jobs.common import add_check_arguments, add_step_arguments
 
     parser = argparse.ArgumentParser(
         prog="cdc", description="CDC into Delta Lake tables with Spark."
@@ -41,8 +41,6 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", required=True)
     validate = commands.add_parser("validate", help="check every row of the config table")
     validate.add_argument("--config", type=Path, default=argparse.SUPPRESS)
-    from spark_jobs.check import add_check_arguments
-
     # The steps of the registry, with `run` (stage + overwrite-final) after the first two.
     for step in STEPS:
         command = commands.add_parser(step.name, help=step.help)
@@ -444,14 +442,15 @@ def console_main() -> None:
     the step committed (a native library once aborted at interpreter exit after a conflict).
     """
     code = main()
-    try:
-        from pyspark.sql import SparkSession
+    if "pyspark.sql" in sys.modules:  # a command that loaded no Spark has none to stop
+        try:
+            from pyspark.sql import SparkSession
 
-        active = SparkSession.getActiveSession()
-        if active is not None:
-            active.stop()
-    except Exception:  # a failed stop must not turn a success into a failure
-        pass
+            active = SparkSession.getActiveSession()
+            if active is not None:
+                active.stop()
+        except Exception:  # a failed stop must not turn a success into a failure
+            pass
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(code)

@@ -38,7 +38,7 @@ from cdc_pipeline.config import TableConfig, load_table_configs
 from cdc_pipeline.errors import ConfigError
 from cdc_pipeline.paths import TablePaths
 from spark_jobs import delta
-from spark_jobs.common import StepReport, one_line, write_summary
+from spark_jobs.common import StepReport, add_check_arguments, one_line, write_summary
 from spark_jobs.history import IS_CURRENT
 from spark_jobs.transforms import ARRIVAL
 
@@ -382,12 +382,6 @@ def select_tables(config: Path | None, names: Sequence[str]) -> list[TableConfig
             print(f"warning: check: skipped: {problem}", file=sys.stderr, flush=True)
         return [loaded.tables[n] for n in sorted(loaded.tables)]
     return [loaded.table(n) for n in dict.fromkeys(names)]
-
-
-def add_check_arguments(parser: argparse.ArgumentParser) -> None:
-    """`check [TABLE ...] [--config PATH]`."""
-    parser.add_argument("tables", nargs="*", metavar="TABLE", help="tables (default: every one)")
-    parser.add_argument("--config", type=Path, default=argparse.SUPPRESS, help="config table file")
 
 
 def execute_check(config: Path | None, names: Sequence[str]) -> int:

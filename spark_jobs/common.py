@@ -42,6 +42,12 @@ class StepArgs:
         return Interval.parse(self.start, self.end)
 
 
+def add_check_arguments(parser: argparse.ArgumentParser) -> None:
+    """`check [TABLE ...] [--config PATH]`."""
+    parser.add_argument("tables", nargs="*", metavar="TABLE", help="tables (default: every one)")
+    parser.add_argument("--config", type=Path, default=argparse.SUPPRESS, help="config table file")
+
+
 def add_step_arguments(parser: argparse.ArgumentParser, kind: ArgumentKind) -> None:
     """The arguments of a step of `kind` (shared by `cdc` and the spark-submit entries)."""
     parser.add_argument("table", help="table name (a row of the config table)")

@@ -1,0 +1,47 @@
+"""The step registry owns every per-step fact the CLI, the DAG planner and the Airflow layer use."""
+
+from __future__ import annotations
+
+from cdc_pipeline.config import parse_config
+from cdc_pipeline.planning import plan_table_dag
+from cdc_pipeline.steps import count_task_ids, dag_steps, step_named
+
+
+def test_the_facts_of_each_step() -> None:
+    assert [s.task_id for s in dag_steps()] == [
+        "stage",
+        "overwrite_final",
+        "reset_staging",
+        "optimize",
+        "vacuum",
+        "check",
+    ]
+    assert [s.task_id for s in dag_steps() if s.pooled] == [
+        "overwrite_final",
+        "reset_staging",
+        "optimize",
+        "vacuum",
+    ]
+    assert [s.task_id for s in dag_steps() if s.writes_final] == ["overwrite_final"]
+    assert [s.task_id for s in dag_steps() if s.checks_quarantine] == ["stage"]
+    assert count_task_ids() == ("stage", "overwrite_final")
+    assert step_named("overwrite-final") is step_named("overwrite_final")
+    assert not step_named("as-of").in_dag
+
+
+def test_the_dag_plan_takes_pools_and_outlets_from_the_registry() -> None:
+    row = {
+        "name": "orders",
+        "columns": {"ID": "bigint", "TS": "timestamp"},
+        "keys": ["ID"],
+        "sequence_by": ["TS"],
+    }
+    plan = plan_table_dag(parse_config({"tables": [row]}).tables["orders"])
+    assert {t.task_id: (t.pool, t.outlets) for t in plan.tasks} == {
+        "stage": (None, ()),
+        "overwrite_final": ("cdc_orders", ("x-cdc://orders/final",)),
+        "reset_staging": ("cdc_orders", ()),
+        "optimize": ("cdc_orders", ()),
+        "vacuum": ("cdc_orders", ()),
+        "check": (None, ()),
+    }
