@@ -2,7 +2,7 @@
 
 Spark runs in two modes with the same results: classic (a JVM in the test process, `local[2]`)
 and Spark Connect (a client of one local Connect server, started once per test run from the
-pip package). The modules in BOTH_MODES run each test in both; `CDC_TEST_SPARK_MODES=connect`
+pip package). Modules marked `both_modes` run each test in both; `CDC_TEST_SPARK_MODES=connect`
 (or `classic,connect`) runs every Spark and CLI test in those modes instead.
 
 PySpark decides per process which kind of column `F.col` builds (the `SPARK_CONNECT_MODE_ENABLED`
@@ -23,24 +23,6 @@ import pytest
 from tests.helpers import Workspace
 
 CLASSIC, CONNECT = "classic", "connect"
-# Representative modules run in both modes (together under 6 minutes more on 2 cores).
-# The property test is among them.
-BOTH_MODES = {
-    "tests/spark/test_stage.py",
-    "tests/spark/test_formats.py",
-    "tests/spark/test_delta_read.py",
-    "tests/spark/test_maintenance_and_reference.py",
-    "tests/spark/test_snapshots.py",
-    "tests/spark/test_property_differential.py",
-}
-# Modules that run once, in Connect mode only: the CLI fault tests (each `cdc` process a Connect
-# client killed at each point of a run, while the server goes on; the crash points and the
-# recovery are the same code in both modes, and classic `cdc` crashes are covered by
-# tests/cli/test_concurrency_and_crashes.py).
-CONNECT_ONLY: set[str] = {"tests/cli/test_faults.py"}
-# Tests that read Spark's own job bookkeeping through `sparkContext` (the status tracker counts
-# the jobs of a job group): Connect has no sparkContext, and its tags do not reach the tracker.
-CLASSIC_ONLY = {"test_moved_key_lookup_reads_only_files_whose_key_range_can_hold_it"}
 SPARK_MODULES = ("tests/spark/", "tests/cli/")
 
 
@@ -49,14 +31,17 @@ def _module(metafunc: pytest.Metafunc) -> str:
     return Path(str(metafunc.definition.path)).relative_to(root).as_posix()
 
 
-def modes_for(module: str) -> list[str]:
-    """The Spark modes a test module runs in."""
+def modes_for(definition: pytest.Function) -> list[str]:
+    """The Spark modes a test runs in: its markers (pyproject.toml), else classic;
+    CDC_TEST_SPARK_MODES overrides all but `classic_only`."""
+    if definition.get_closest_marker("classic_only"):
+        return [CLASSIC]
     chosen = os.environ.get("CDC_TEST_SPARK_MODES")
     if chosen:
         return [m.strip() for m in chosen.split(",") if m.strip()]
-    if module in BOTH_MODES:
+    if definition.get_closest_marker("both_modes"):
         return [CLASSIC, CONNECT]
-    if module in CONNECT_ONLY:
+    if definition.get_closest_marker("connect_only"):
         return [CONNECT]
     return [CLASSIC]
 
@@ -66,9 +51,7 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     module = _module(metafunc)
     if not module.startswith(SPARK_MODULES):
         return
-    modes = modes_for(module)
-    if metafunc.function.__name__ in CLASSIC_ONLY:
-        modes = [CLASSIC]
+    modes = modes_for(metafunc.definition)
     if modes == [CLASSIC]:
         return
     name = "spark" if "spark" in metafunc.fixturenames else "spark_mode"

@@ -27,7 +27,7 @@ from tests.cli.test_concurrency_and_crashes import (
 )
 from tests.helpers import Workspace, file_paths, table_rows, ts
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.connect_only]
 
 FINAL = ["ID", "VALUE", "Y"]
 STAGED = ["ID", FLAG, "VALUE", "TS"]

@@ -17,7 +17,7 @@ from pyspark.sql.types import (
 
 from spark_jobs import delta
 
-pytestmark = pytest.mark.spark
+pytestmark = [pytest.mark.spark, pytest.mark.both_modes]
 
 SCHEMA = StructType(
     [
