@@ -31,6 +31,8 @@ from typing import Any
 
 from airflow.sdk import BaseNotifier
 
+from cdc_pipeline.columns import REASON
+
 log = logging.getLogger(__name__)
 REGISTRY_VARIABLE = "cdc_notifiers"
 ENVIRONMENT_VARIABLE = "AIRFLOW_VAR_CDC_NOTIFIERS"
@@ -310,6 +312,6 @@ def quarantine_reasons(quarantine_path: Path, version: int, limit: int = 5) -> l
     reasons: Counter[str] = Counter()
     for uri in sorted(files(version) - files(version - 1)):
         local = uri.removeprefix("file://")
-        column = pq.read_table(local, columns=["_cdc_reason"]).column(0)
+        column = pq.read_table(local, columns=[REASON]).column(0)
         reasons.update(str(value) for value in column.to_pylist())
     return [f"{count} x {reason}" for reason, count in reasons.most_common(limit)]

@@ -15,6 +15,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+from cdc_pipeline.columns import CHECK_FILE
 from cdc_pipeline.config import TableConfig, load_table_configs
 from cdc_pipeline.paths import TablePaths
 from cdc_pipeline.steps import count_task_ids
@@ -23,7 +24,6 @@ from spark_jobs.freshness import DataFreshness, data_freshness
 log = logging.getLogger(__name__)
 
 RECENT_RUNS = 20  # runs per table in the sparklines and the quarantine growth
-CHECK_FILE = "_cdc_check.json"  # written by `cdc check` next to the table's Delta tables
 COUNT_TASKS = count_task_ids()  # their XCom return_value holds the step's counts
 TIME_FORMAT = "%Y-%m-%d %H:%M:%SZ"
 

@@ -32,6 +32,17 @@ from pydantic import (
 )
 
 from cdc_pipeline import sql_guard
+from cdc_pipeline.columns import (
+    BINLOG_FILE,
+    BINLOG_POS,
+    BINLOG_ROW,
+    LSN,
+    OP,
+    POSITION,
+    SNAPSHOT_AT,
+    SOURCE_TS_MS,
+    TECHNICAL_PREFIX,
+)
 from cdc_pipeline.durations import parse_duration
 from cdc_pipeline.errors import ConfigError
 from cdc_pipeline.schedules import schedule_problem
@@ -39,7 +50,6 @@ from cdc_pipeline.schema import SPARK_TYPES_HELP, is_spark_sql_type
 
 NAME_PATTERN = r"^[a-z][a-z0-9_]*$"
 COLUMN_PATTERN = r"^[A-Za-z_][A-Za-z0-9_]*$"
-TECHNICAL_PREFIX = "_cdc_"
 # Below this retention `cdc vacuum` needs --force (spark_jobs/vacuum.py SAFE_RETENTION_HOURS).
 VACUUM_SAFE_HOURS = 168
 
@@ -47,26 +57,26 @@ VACUUM_SAFE_HOURS = 168
 FORMAT_COLUMNS: dict[str, dict[str, str]] = {
     "flat": {},
     "debezium": {
-        "_cdc_source_ts_ms": "bigint",
-        "_cdc_lsn": "bigint",
-        "_cdc_binlog_file": "string",
-        "_cdc_binlog_pos": "bigint",
-        "_cdc_binlog_row": "int",
-        "_cdc_position": "string",
+        SOURCE_TS_MS: "bigint",
+        LSN: "bigint",
+        BINLOG_FILE: "string",
+        BINLOG_POS: "bigint",
+        BINLOG_ROW: "int",
+        POSITION: "string",
     },
-    "wal2json": {"_cdc_lsn": "bigint", "_cdc_position": "string"},
-    "snapshot": {"_cdc_snapshot_at": "timestamp"},
+    "wal2json": {LSN: "bigint", POSITION: "string"},
+    "snapshot": {SNAPSHOT_AT: "timestamp"},
 }
 # The source's own order, used when a row of these formats omits sequence_by.
 DEFAULT_SEQUENCE_BY: dict[str, list[str]] = {
-    "debezium": ["_cdc_source_ts_ms", "_cdc_position"],
-    "wal2json": ["_cdc_position"],
-    "snapshot": ["_cdc_snapshot_at"],
+    "debezium": [SOURCE_TS_MS, POSITION],
+    "wal2json": [POSITION],
+    "snapshot": [SNAPSHOT_AT],
 }
 # Formats whose changes are events read from JSON lines (they carry an op, not a flag column).
 EVENT_FORMATS = ("debezium", "wal2json")
 # Where the change kind is read from for the event formats (they carry an op, not a flag column).
-EVENT_OP_COLUMN = "_cdc_op"
+EVENT_OP_COLUMN = OP
 
 
 def _no_duplicates(value: list[str]) -> list[str]:

@@ -23,7 +23,8 @@ from collections.abc import Collection, Iterable
 from functools import lru_cache
 from typing import Any
 
-TECHNICAL_PREFIX = "_cdc_"
+from cdc_pipeline.columns import TECHNICAL_PREFIX
+
 REFLECTION = frozenset({"reflect", "java_method", "try_reflect"})
 NONDETERMINISTIC = frozenset(
     {

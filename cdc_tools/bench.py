@@ -1,18 +1,21 @@
-"""`cdc bench`: overwrite-final against a full rebuild and a delta-rs MERGE, on the same changes.
+"""`cdc bench`: overwrite-final against a full rebuild and two MERGEs, on the same changes.
 
 For every case of the sweep (touched fraction of partitions at size x1, and table size with a
 fixed change set) the harness builds a final table with Spark, lands one change set (updates,
 partition moves, inserts and key-only deletes, all in the touched partitions), stages it once,
-and applies it three ways to three copies of the table:
+and applies it every way to its own copy of the table:
 
 - `overwrite_final`: this project's step (rank the changes against the touched partitions,
   replace them in one commit);
 - `full_rebuild`: seed 001's compaction: rank every row of the table with the changes and
   rewrite the whole table;
 - `delta_rs_merge`: `DeltaTable.merge` upsert/delete of the latest change per key (newer
-  sequence only), in delta-rs's own engine.
+  sequence only), in delta-rs's own engine;
+- `delta_spark_merge`: the same MERGE as Delta Lake's own `MERGE INTO` on the same Spark session
+  (delta-spark, the jars `make install` fetches): what a hand-written Spark MERGE job does. Left
+  out, and said so in the JSON, when the session has no Delta Lake extension.
 
-The three results must hold the same rows (checked with Spark, both ways). Per method it
+All results must hold the same rows (checked with Spark, both ways). Per method it
 records the wall time, the driver's peak memory (JVM and Python, Linux VmHWM reset before each
 method), the Spark stages it ran and their times (Spark's REST API, by job group) and the
 files and bytes it wrote. Results go to `{output}/bench-<time>.json` (and `latest.json`) with
@@ -53,7 +56,7 @@ from spark_jobs.transforms import ARRIVAL, BATCH, FILE, FLAG, ROW, latest_change
 TABLE = "bench"
 BASE_TIME = datetime(2024, 1, 1, tzinfo=UTC)
 CHANGE_HOUR = datetime(2024, 1, 2, tzinfo=UTC)
-METHODS = ("overwrite_final", "full_rebuild", "delta_rs_merge")
+METHODS = ("overwrite_final", "full_rebuild", "delta_rs_merge", "delta_spark_merge")
 
 
 @dataclass(frozen=True)
@@ -347,6 +350,119 @@ def delta_rs_merge(table: TableConfig, final: Path, changes: DataFrame) -> dict[
     return {k: metrics.get(k) for k in keep}
 
 
+def has_delta_spark(spark: SparkSession) -> bool:
+    """Whether the session runs Delta Lake's SQL extension (MERGE INTO a path)."""
+    try:
+        extensions = spark.conf.get("spark.sql.extensions", "") or ""
+    except Exception:  # a Connect server may refuse to read a static setting
+        return False
+    return "DeltaSparkSessionExtension" in extensions
+
+
+def delta_spark_merge(
+    spark: SparkSession, table: TableConfig, final: Path, changes: DataFrame
+) -> dict[str, Any]:
+    """Delta Lake's MERGE INTO of the latest change per key on this Spark session: the rule of
+    `delta_rs_merge` (newer sequence updates or deletes; new keys inserted unless deleted)."""
+    latest = latest_change_per_key(changes, table.keys, table.sequence_by)
+    view = "cdc_bench_latest_changes"
+    latest.createOrReplaceTempView(view)
+    columns = [f.name for f in DeltaTable(str(final)).schema().fields]
+    on = " AND ".join(f"t.`{k}` = s.`{k}`" for k in table.keys)
+    newer = "s.TS > t.TS"
+    sets = ", ".join(f"t.`{c}` = s.`{c}`" for c in columns)
+    names = ", ".join(f"`{c}`" for c in columns)
+    values = ", ".join(f"s.`{c}`" for c in columns)
+    metrics = spark.sql(
+        f"MERGE INTO delta.`{final}` t USING {view} s ON {on} "
+        f"WHEN MATCHED AND s.{FLAG} = 'D' AND {newer} THEN DELETE "
+        f"WHEN MATCHED AND s.{FLAG} <> 'D' AND {newer} THEN UPDATE SET {sets} "
+        f"WHEN NOT MATCHED AND s.{FLAG} <> 'D' THEN INSERT ({names}) VALUES ({values})"
+    ).collect()  # metadata: one row of counts
+    spark.catalog.dropTempView(view)
+    row = metrics[0].asDict() if metrics else {}
+    keep = ("num_inserted_rows", "num_updated_rows", "num_deleted_rows")
+    return {k: row.get(k) for k in keep}
+
+
+SDP_TARGET = "cdc_bench_auto_cdc_target"
+
+
+def _run_auto_cdc_pipeline(spark: SparkSession, source: str, storage: str) -> float:
+    """One run of a pipeline with one AUTO CDC flow from the Delta table at `source` into
+    SDP_TARGET (seconds taken)."""
+    from pyspark import pipelines as dp
+    from pyspark.pipelines.add_pipeline_analysis_context import add_pipeline_analysis_context
+    from pyspark.pipelines.graph_element_registry import graph_element_registration_context
+    from pyspark.pipelines.spark_connect_graph_element_registry import (
+        SparkConnectGraphElementRegistry,
+    )
+    from pyspark.pipelines.spark_connect_pipeline import create_dataflow_graph, start_run
+
+    graph = create_dataflow_graph(spark, "spark_catalog", "default", {})
+    registry = SparkConnectGraphElementRegistry(spark, graph)
+    with (
+        graph_element_registration_context(registry),
+        add_pipeline_analysis_context(spark=spark, dataflow_graph_id=graph, flow_name=None),
+    ):
+
+        @dp.temporary_view(name="cdc_bench_auto_cdc_changes")
+        def _changes() -> DataFrame:
+            return spark.readStream.format("delta").load(source)
+
+        dp.create_streaming_table(SDP_TARGET, format="delta")
+        dp.create_auto_cdc_flow(
+            target=SDP_TARGET,
+            source="cdc_bench_auto_cdc_changes",
+            keys=["ID"],
+            sequence_by="TS",
+            apply_as_deletes="FLAG = 'D'",
+            except_column_list=["FLAG"],
+            stored_as_scd_type=1,
+        )
+    started = time.perf_counter()
+    for _ in start_run(spark, graph, None, False, None, False, storage=storage):
+        pass
+    return round(time.perf_counter() - started, 2)
+
+
+def auto_cdc_peer(spark: SparkSession, work: Path) -> dict[str, Any]:
+    """Whether Spark Declarative Pipelines' AUTO CDC (`create_auto_cdc_flow`, SCD type 1, keys
+    and sequence as ours) can apply changes into a Delta target on this Spark: a pipeline of
+    1,000 inserts, then an update and a delete, run twice on the session's server. It
+    is measured against overwrite-final only when it can; otherwise the JSON says why (Spark
+    4.2's AUTO CDC needs a target with DSv2 row-level operations, which delta-spark 4.4.0's
+    tables do not offer)."""
+    if not is_connect(spark):
+        return {"available": False, "reason": "needs a Spark Connect session (CDC_SPARK_REMOTE)"}
+    if not has_delta_spark(spark):
+        return {"available": False, "reason": "the session has no Delta Lake extension"}
+    source = str(work / "auto-cdc-source")
+    storage = (work / "auto-cdc-storage").resolve().as_uri()
+
+    def changes(rows: list[tuple[int, str, int | None, str]]) -> DataFrame:
+        frame = spark.createDataFrame(rows, "ID bigint, FLAG string, V bigint, TS string")
+        return frame.withColumn("TS", F.col("TS").cast("timestamp"))
+
+    try:
+        changes([(i, "I", i, "2024-01-01 00:00:00") for i in range(1000)]).write.format(
+            "delta"
+        ).save(source)
+        first = _run_auto_cdc_pipeline(spark, source, storage)
+        changes(
+            [(1, "U", 100, "2024-01-01 01:00:00"), (2, "D", None, "2024-01-01 01:00:00")]
+        ).write.format("delta").mode("append").save(source)
+        second = _run_auto_cdc_pipeline(spark, source, storage)
+        rows = spark.table(SDP_TARGET).count()
+        return {"available": rows == 999, "first_run_seconds": first, "second_run_seconds": second}
+    except Exception as error:
+        text = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+        return {"available": False, "reason": text}
+    finally:
+        with contextlib.suppress(Exception):
+            spark.sql(f"DROP TABLE IF EXISTS spark_catalog.default.{SDP_TARGET}")
+
+
 def _same_rows(spark: SparkSession, paths: Sequence[Path], columns: list[str]) -> bool:
     frames = [delta.read_snapshot(spark, delta.load_snapshot(p), columns=columns) for p in paths]
     first = frames[0]
@@ -355,6 +471,19 @@ def _same_rows(spark: SparkSession, paths: Sequence[Path], columns: list[str]) -
         and other.exceptAll(first).limit(1).count() == 0
         for other in frames[1:]
     )
+
+
+def _land_changes(
+    spark: SparkSession, spec: BenchSpec, landing: Path, rows: int, touched: int
+) -> None:
+    """The case's change set as one Parquet file in the change hour's landing folder."""
+    folder = landing / TABLE / HourBatch(CHANGE_HOUR).folder
+    change_rows(spark, spec, rows, touched).coalesce(1).write.mode("overwrite").parquet(
+        str(folder / "_tmp")
+    )
+    for part in (folder / "_tmp").glob("*.parquet"):
+        part.rename(folder / "changes.parquet")
+    shutil.rmtree(folder / "_tmp")
 
 
 def run_case(
@@ -366,20 +495,15 @@ def run_case(
     fraction: float,
     label: str,
 ) -> dict[str, Any]:
-    """Stage one change set, then apply it the three ways to copies of the base table."""
+    """Stage one change set, then apply it every way to copies of the base table."""
     table = bench_table(spec)
     touched = max(1, math.ceil(fraction * spec.partitions))
     case_dir = work / label
     landing = case_dir / "landing"
-    folder = landing / TABLE / HourBatch(CHANGE_HOUR).folder
-    change_rows(spark, spec, rows, touched).coalesce(1).write.mode("overwrite").parquet(
-        str(folder / "_tmp")
-    )
-    for part in (folder / "_tmp").glob("*.parquet"):
-        part.rename(folder / "changes.parquet")
-    shutil.rmtree(folder / "_tmp")
+    _land_changes(spark, spec, landing, rows, touched)
+    methods = [m for m in METHODS if m != "delta_spark_merge" or has_delta_spark(spark)]
     finals = {}
-    for method in METHODS:
+    for method in methods:
         target = case_dir / method / TABLE / "final"
         shutil.copytree(base, target)
         finals[method] = target
@@ -405,24 +529,26 @@ def run_case(
         median = sorted(measures, key=lambda m: m.seconds)[len(measures) // 2]
         return replace(median, runs=[m.seconds for m in measures])
 
+    actions: dict[str, Callable[[], dict[str, Any]]] = {
+        "overwrite_final": lambda: dict(run_overwrite_final(context, window).counts),
+        "full_rebuild": lambda: full_rebuild(spark, table, finals["full_rebuild"], changes),
+        "delta_rs_merge": lambda: delta_rs_merge(table, finals["delta_rs_merge"], changes),
+        "delta_spark_merge": lambda: delta_spark_merge(
+            spark, table, finals["delta_spark_merge"], changes
+        ),
+    }
+    # The full rebuild runs once (it is the slow baseline); the others take the median.
     measures = [
-        repeated("overwrite_final", lambda: dict(run_overwrite_final(context, window).counts)),
-        _measure(
-            spark,
-            label,
-            "full_rebuild",
-            finals["full_rebuild"],
-            lambda: full_rebuild(spark, table, finals["full_rebuild"], changes),
-        ),
-        repeated(
-            "delta_rs_merge", lambda: delta_rs_merge(table, finals["delta_rs_merge"], changes)
-        ),
+        _measure(spark, label, m, finals[m], actions[m])
+        if m == "full_rebuild"
+        else repeated(m, actions[m])
+        for m in methods
     ]
     columns = [c for c in final_schema(changes.schema).fieldNames() if c not in ARRIVAL]
     identical = _same_rows(spark, list(finals.values()), columns)
     changes.unpersist()
     if not identical:
-        raise RuntimeError(f"bench case {label}: the three methods disagree on the final rows")
+        raise RuntimeError(f"bench case {label}: the methods disagree on the final rows")
     shutil.rmtree(case_dir, ignore_errors=True)
     return {
         "label": label,
@@ -467,6 +593,10 @@ def ratios(cases: list[dict[str, Any]]) -> dict[str, Any]:
             out[f"merge_over_overwrite_at_{pct}pct"] = round(
                 seconds(case, "delta_rs_merge") / seconds(case, "overwrite_final"), 2
             )
+            if "delta_spark_merge" in case["methods"]:
+                out[f"spark_merge_over_overwrite_at_{pct}pct"] = round(
+                    seconds(case, "delta_spark_merge") / seconds(case, "overwrite_final"), 2
+                )
     sized = sorted((c for c in cases if c["label"].startswith("size")), key=lambda c: c["rows"])
     if len(sized) >= 2:
         small, large = sized[0], sized[-1]
@@ -492,7 +622,7 @@ def plot(result: dict[str, Any], target: Path) -> None:
     size_cases = sorted(
         (c for c in result["cases"] if c["label"].startswith("size")), key=lambda c: c["rows"]
     )
-    for method in METHODS:
+    for method in [m for m in METHODS if all(m in c["methods"] for c in result["cases"])]:
         left.plot(
             [c["touched_fraction"] * 100 for c in fraction_cases],
             [c["methods"][method]["seconds"] for c in fraction_cases],
@@ -528,6 +658,7 @@ def run_bench(
 ) -> dict[str, Any]:
     """The whole sweep; returns the result written to the output folder."""
     spec.output.mkdir(parents=True, exist_ok=True)
+    load_before = [round(x, 2) for x in os.getloadavg()]
     cases: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory(prefix="cdc-bench-", dir=spec.output) as tmp:
         work = Path(tmp)
@@ -557,11 +688,19 @@ def run_bench(
                 f"bench: {label}: {case['changes']} changes in {case['touched_partitions']} "
                 f"partitions: {times}"
             )
+        auto_cdc = auto_cdc_peer(spark, work)
+        log(f"bench: Spark Declarative Pipelines AUTO CDC into Delta: {auto_cdc}")
     stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
     result = {
         "created": stamp,
         "spec": {**asdict(spec), "output": str(spec.output)},
-        "machine": {"cpus": os.cpu_count(), "spark_master": spark.conf.get("spark.master")},
+        "machine": {
+            "cpus": os.cpu_count(),
+            "spark_master": spark.conf.get("spark.master"),
+            "load_before": load_before,
+        },
+        "delta_spark": has_delta_spark(spark),
+        "auto_cdc": auto_cdc,
         "cases": cases,
         "ratios": ratios(cases),
     }

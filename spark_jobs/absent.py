@@ -23,13 +23,13 @@ from collections.abc import Sequence
 from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 
+from cdc_pipeline.columns import POSITION
 from spark_jobs.transforms import ABSENT, ARRIVAL, FLAG, absent_list, fillable, quoted
 
 FILL = "__fill_"  # the struct holding a column's filled value
 SYNTHETIC = "__cdc_seed"  # a later pass's row carrying the old key's values to the new key
 MAX_PASSES = 20  # links of a chain of key changes resolved in one step (more stay unfilled)
 LINK = "__cdc_link"  # where a change was at the source: pairs a key change's D and new row
-POSITION = "_cdc_position"
 
 
 def _link(columns: Sequence[str]) -> Column:

@@ -31,6 +31,7 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
+from cdc_pipeline.columns import SOURCE_TS_MS
 from cdc_pipeline.config import TableConfig
 from cdc_pipeline.errors import ConfigError, InputError, UsageError
 from cdc_pipeline.intervals import parse_timestamp
@@ -54,7 +55,7 @@ def at_value(text: str, kind: DataType, column: str) -> Any:
         if isinstance(kind, IntegralType):
             if text.lstrip("-").isdigit():
                 return int(text)
-            if column == "_cdc_source_ts_ms":
+            if column == SOURCE_TS_MS:
                 return int(parse_timestamp(text).astimezone(UTC).timestamp() * 1000)
             raise ValueError("not a whole number")
         if isinstance(kind, DecimalType):

@@ -34,6 +34,7 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from cdc_pipeline import summaries
+from cdc_pipeline.columns import CHECK_FILE
 from cdc_pipeline.config import TableConfig, load_table_configs
 from cdc_pipeline.errors import ConfigError
 from cdc_pipeline.paths import TablePaths
@@ -42,7 +43,6 @@ from spark_jobs.common import StepReport, add_check_arguments, one_line, write_s
 from spark_jobs.history import IS_CURRENT
 from spark_jobs.transforms import ARRIVAL
 
-CHECK_FILE = "_cdc_check.json"
 # The tables of a table's folder (names of TablePaths properties), loaded in the order a run
 # commits them: staging, then tombstones, then final, then history. A commit landing between
 # two loads then only makes a later table newer: a change staged earlier looks applied, a delete

@@ -20,6 +20,7 @@ from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.types import StructField, StructType
 
+from cdc_pipeline.columns import KEY_HASH, ROW_HASH, SNAPSHOT_AT
 from cdc_pipeline.config import TableConfig
 from cdc_pipeline.errors import InputError
 from cdc_pipeline.intervals import Interval, hour_folder
@@ -27,9 +28,6 @@ from spark_jobs import delta
 from spark_jobs.common import StepContext
 from spark_jobs.transforms import BATCH, FILE, FLAG, ROW, compared_columns, hash_of
 
-SNAPSHOT_AT = "_cdc_snapshot_at"
-KEY_HASH = "_cdc_key_hash"
-ROW_HASH = "_cdc_row_hash"
 HASH_COLUMNS = (KEY_HASH, ROW_HASH)
 # The `_cdc_file` of derived deletes: they come from the final table, not from a landed file.
 DELETES_FILE = "_cdc_snapshot_deletes"

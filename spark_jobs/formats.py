@@ -37,7 +37,16 @@ from functools import reduce
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from cdc_pipeline.config import COLUMN_PATTERN, EVENT_FORMATS, TECHNICAL_PREFIX, TableConfig
+from cdc_pipeline.columns import (
+    BINLOG_FILE,
+    BINLOG_POS,
+    BINLOG_ROW,
+    LSN,
+    POSITION,
+    SOURCE_TS_MS,
+    TECHNICAL_PREFIX,
+)
+from cdc_pipeline.config import COLUMN_PATTERN, EVENT_FORMATS, TableConfig
 from cdc_pipeline.schema import common_type, normalize_type
 from spark_jobs.transforms import ARRIVAL, CARRIED, FORMAT_ERROR, RAW
 
@@ -408,12 +417,12 @@ def _parse_debezium(
         .otherwise(F.lit(""))
     )
     columns = {
-        "_cdc_source_ts_ms": source_ts,
-        "_cdc_lsn": lsn,
-        "_cdc_binlog_file": binlog_file,
-        "_cdc_binlog_pos": binlog_pos,
-        "_cdc_binlog_row": binlog_row,
-        "_cdc_position": position,
+        SOURCE_TS_MS: source_ts,
+        LSN: lsn,
+        BINLOG_FILE: binlog_file,
+        BINLOG_POS: binlog_pos,
+        BINLOG_ROW: binlog_row,
+        POSITION: position,
     }
     return kind, error, changes, columns
 
@@ -537,8 +546,8 @@ def _parse_wal2json(
     lsn_text = F.try_variant_get(v, "$.lsn", "string")
     lsn = lsn_number(lsn_text)
     columns = {
-        "_cdc_lsn": lsn,
-        "_cdc_position": F.coalesce(F.lpad(lsn.cast("string"), 20, "0"), F.lit("")),
+        LSN: lsn,
+        POSITION: F.coalesce(F.lpad(lsn.cast("string"), 20, "0"), F.lit("")),
     }
     return kind, error, changes, columns
 

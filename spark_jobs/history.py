@@ -33,6 +33,7 @@ from pyspark.sql import Column, DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 from pyspark.sql.types import BooleanType, IntegerType, StructField, StructType
 
+from cdc_pipeline.columns import BUCKET, IS_CURRENT, IS_DELETED, VALID_FROM, VALID_TO
 from cdc_pipeline.config import TableConfig
 from cdc_pipeline.errors import ConfigError
 from spark_jobs import delta
@@ -49,11 +50,6 @@ from spark_jobs.transforms import (
 )
 from spark_jobs.truncates import remembered_truncates
 
-BUCKET = "_cdc_key_bucket"
-VALID_FROM = "_cdc_valid_from"
-VALID_TO = "_cdc_valid_to"
-IS_CURRENT = "_cdc_is_current"
-IS_DELETED = "_cdc_is_deleted"
 VERSION_COLUMNS = (VALID_FROM, VALID_TO, IS_CURRENT, IS_DELETED)
 _BUCKETS_NOTE = re.compile(r"history_buckets=(\d+)")
 

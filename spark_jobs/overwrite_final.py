@@ -23,6 +23,7 @@ from typing import Any
 from pyspark.sql import DataFrame, Window
 from pyspark.sql import functions as F
 
+from cdc_pipeline.columns import TECHNICAL_PREFIX
 from cdc_pipeline.config import TableConfig
 from cdc_pipeline.errors import ConfigError
 from cdc_pipeline.intervals import Interval
@@ -532,7 +533,9 @@ def _check_zorder_columns(table: TableConfig, staging: delta.Snapshot) -> None:
     known = set(staging.schema.fieldNames()) | set(table.partition_by)
     missing = [c for c in table.zorder_by if c not in known]
     if missing:
-        columns = ", ".join(c for c in staging.schema.fieldNames() if not c.startswith("_cdc_"))
+        columns = ", ".join(
+            c for c in staging.schema.fieldNames() if not c.startswith(TECHNICAL_PREFIX)
+        )
         raise ConfigError(
             f"table {table.name}: zorder_by: {', '.join(missing)} is not a column of the data "
             f"(its columns: {columns}); name columns the change files carry"

@@ -11,24 +11,31 @@ from datetime import UTC, datetime
 from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 
-from cdc_pipeline.config import EVENT_FORMATS, TECHNICAL_PREFIX, TableConfig
+from cdc_pipeline.columns import (
+    ABSENT,
+    ARRIVAL,
+    BATCH,
+    FILE,
+    FLAG,
+    FORMAT_ERROR,
+    RANK,
+    RAW,
+    REASON,
+    ROW,
+    SOURCE_TS_MS,
+    TECHNICAL_PREFIX,
+)
+from cdc_pipeline.config import EVENT_FORMATS, TableConfig
 from cdc_pipeline.durations import parse_duration
 from cdc_pipeline.schema import normalize_type
 
-FLAG = "_cdc_flag"
-BATCH = "_cdc_batch"
-FILE = "_cdc_file"
-ROW = "_cdc_row"
-REASON = "_cdc_reason"
-RAW = "_cdc_raw"
-FORMAT_ERROR = "_cdc_format_error"
-ARRIVAL = (BATCH, FILE, ROW)
+# The column names are re-exported: the steps import them from here with the transforms.
+__all__ = ["ABSENT", "ARRIVAL", "BATCH", "FILE", "FLAG", "FORMAT_ERROR", "RAW", "REASON", "ROW"]
 VALID_FLAGS = ("I", "U", "D")
 TRUNCATE = "T"  # an event format's truncate: every row ordered before it goes
 # The columns an event carries (read frame), and staging's list of the data columns a change
 # did not carry (null: it carried every column): such a column keeps the key's previous value.
 CARRIED = "__carried"
-ABSENT = "_cdc_absent"
 RAW_PREFIX = "__raw_"
 # The instants Python (datetime), pyarrow's conversions and so the driver-side steps can hold:
 # 0001-01-01T00:00:00 and 9999-12-31T23:59:59.999999 UTC, as microseconds and days since the
@@ -39,7 +46,7 @@ MIN_DAYS, MAX_DAYS = -719162, 2932896
 OUT_OF_RANGE = "is outside the years 0001 to 9999"
 NOT_FINITE = "is not a finite number (NaN and infinities are refused)"
 # Debezium's source time (epoch milliseconds) is a time too, for max_sequence_ahead.
-EPOCH_MILLIS_COLUMNS = ("_cdc_source_ts_ms",)
+EPOCH_MILLIS_COLUMNS = (SOURCE_TS_MS,)
 TIME_TYPES = ("date", "timestamp", "timestamp_ntz")
 FLOAT_TYPES = ("float", "double")
 
@@ -65,7 +72,7 @@ def compared_columns(columns: Sequence[str], skipped: Collection[str | None]) ->
 
     The one rule behind a snapshot's row hash (`extracts.row_hash_columns`) and history's
     default tracked columns (`history.tracked_columns`); each passes the columns it skips."""
-    return sorted(c for c in columns if c not in skipped and not c.startswith("_cdc_"))
+    return sorted(c for c in columns if c not in skipped and not c.startswith(TECHNICAL_PREFIX))
 
 
 def hash_of(columns: Sequence[str]) -> Column:
@@ -436,11 +443,7 @@ def latest_change_per_key(
     DESC (then `tiebreak`, for copies of the same change)."""
     order = ranking_order(changes.columns, sequence_by, tiebreak)
     window = Window.partitionBy(*[F.col(k) for k in keys]).orderBy(*order)
-    return (
-        changes.withColumn("_cdc_rank", F.row_number().over(window))
-        .filter(F.col("_cdc_rank") == 1)
-        .drop("_cdc_rank")
-    )
+    return changes.withColumn(RANK, F.row_number().over(window)).filter(F.col(RANK) == 1).drop(RANK)
 
 
 def latest_arrival_per_key_and_sequence(
@@ -450,8 +453,4 @@ def latest_arrival_per_key_and_sequence(
     window = Window.partitionBy(*[F.col(c) for c in [*keys, *sequence_by]]).orderBy(
         *arrival_order()
     )
-    return (
-        changes.withColumn("_cdc_rank", F.row_number().over(window))
-        .filter(F.col("_cdc_rank") == 1)
-        .drop("_cdc_rank")
-    )
+    return changes.withColumn(RANK, F.row_number().over(window)).filter(F.col(RANK) == 1).drop(RANK)

@@ -11,6 +11,7 @@ from pyspark.errors import AnalysisException
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
+from cdc_pipeline.columns import TECHNICAL_PREFIX
 from cdc_pipeline.config import EVENT_FORMATS, TableConfig
 from cdc_pipeline.errors import CdcError, ConfigError, InputError
 from cdc_pipeline.intervals import Interval
@@ -163,7 +164,7 @@ def _check_identity_columns(table: TableConfig, found: dict[str, str | None]) ->
     cannot know them, so the first batch with any column checks them (a ConfigError naming the
     field and the columns there are, before anything is written; every row would otherwise be
     quarantined for a null key or sequence, run after run)."""
-    data = [c for c in found if not c.startswith("_cdc_")]
+    data = [c for c in found if not c.startswith(TECHNICAL_PREFIX)]
     if not data:
         return  # nothing readable yet: the rows are quarantined with their own reasons
     for field_name, names in (("keys", table.keys), ("sequence_by", table.sequence_by)):
