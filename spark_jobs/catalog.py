@@ -46,6 +46,17 @@ def _location(spark: Any, quoted: str) -> str:
     return location.rstrip("/")
 
 
+def _registered_location(spark: Any, name: str, quoted: str) -> str | None:
+    """Where `name` is registered: "" when it is not; None when it is but its folder is gone
+    (Spark cannot even tell whether it exists: the name stands for nothing, registered again)."""
+    try:
+        return _location(spark, quoted) if spark.catalog.tableExists(name) else ""
+    except Exception as error:
+        if "DELTA_PATH_DOES_NOT_EXIST" in str(error):
+            return None
+        raise
+
+
 def register_tables(spark: Any, table: TableConfig, paths: TablePaths) -> list[str]:
     """Register the table's final (and history) table where it is missing; the names added."""
     added = []
@@ -56,10 +67,12 @@ def register_tables(spark: Any, table: TableConfig, paths: TablePaths) -> list[s
                 continue
             database, short = name.split(".")
             quoted = f"`{database}`.`{short}`"
-            if spark.catalog.tableExists(name):
-                if _location(spark, quoted) == path.resolve().as_uri().rstrip("/"):
-                    continue
-                spark.sql(f"DROP TABLE {quoted}")  # another warehouse's: an external table
+            registered = _registered_location(spark, name, quoted)
+            if registered == path.resolve().as_uri().rstrip("/"):
+                continue
+            if registered != "":
+                # Another warehouse's, or one whose folder is gone: an external table.
+                spark.sql(f"DROP TABLE {quoted}")
             location = str(path).replace("'", "\\'")
             spark.sql(f"CREATE TABLE {quoted} USING delta LOCATION '{location}'")
             added.append(name)

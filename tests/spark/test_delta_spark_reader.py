@@ -5,6 +5,7 @@ keeps final exact."""
 
 from __future__ import annotations
 
+import shutil
 from datetime import UTC, datetime
 from decimal import Decimal
 from pathlib import Path
@@ -13,6 +14,7 @@ from typing import Any
 import pytest
 from deltalake import DeltaTable
 
+from cdc_pipeline.paths import TablePaths
 from spark_jobs import catalog
 from spark_jobs.optimize import run_optimize
 from spark_jobs.reset_staging import run_reset_staging
@@ -140,3 +142,23 @@ def test_spark_reads_every_committed_version_as_delta_rs_does(
     # The tables keep a protocol both writers can write: no table feature delta-rs lacks.
     protocol = DeltaTable(str(paths.final)).protocol()
     assert (protocol.min_reader_version, protocol.min_writer_version) == (1, 2)
+
+
+def test_a_name_whose_folder_is_gone_is_registered_again_at_the_new_folder(
+    spark, workspace: Workspace
+) -> None:
+    """A catalog name whose Delta folder was deleted (a warehouse moved or rebuilt) made every
+    later registration fail: Spark cannot even say whether such a table exists."""
+    table = workspace.configure({**TABLE, "name": "gone", "history": False})["gone"]
+    old = TablePaths("gone", workspace.landing, workspace.root / "old-warehouse")
+    new = workspace.paths("gone")
+    for paths, rows in ((old, 3), (new, 5)):
+        spark.range(rows).write.format("delta").save(str(paths.final))
+    try:
+        catalog.register_tables(spark, table, old)
+        assert spark.table("cdc.gone").count() == 3
+        shutil.rmtree(old.final)
+        assert catalog.register_tables(spark, table, new) == ["cdc.gone"]
+        assert spark.table("cdc.gone").count() == 5
+    finally:
+        spark.sql("DROP TABLE IF EXISTS cdc.gone")
