@@ -92,7 +92,7 @@ class BenchSpec:
             size_sweep_fraction=0.1,
             output=output,
             warm_up=False,
-            repeats=1,
+            repeats=2,  # the repeat path too: each run must start from the same state
         )
 
 
@@ -524,7 +524,9 @@ def run_case(
                 shutil.rmtree(finals[method])
                 shutil.copytree(base, finals[method])
                 if method == "overwrite_final":
+                    # Back to the state before the first run: no tombstones, nothing applied.
                     shutil.rmtree(own.tombstones, ignore_errors=True)
+                    shutil.rmtree(own.applied, ignore_errors=True)
             measures.append(_measure(spark, f"{label}/{run}", method, finals[method], action))
         median = sorted(measures, key=lambda m: m.seconds)[len(measures) // 2]
         return replace(median, runs=[m.seconds for m in measures])
@@ -545,10 +547,13 @@ def run_case(
         for m in methods
     ]
     columns = [c for c in final_schema(changes.schema).fieldNames() if c not in ARRIVAL]
-    identical = _same_rows(spark, list(finals.values()), columns)
+    differ = [m for m in finals if not _same_rows(spark, [finals[METHODS[0]], finals[m]], columns)]
+    identical = not differ
     changes.unpersist()
     if not identical:
-        raise RuntimeError(f"bench case {label}: the methods disagree on the final rows")
+        raise RuntimeError(
+            f"bench case {label}: {', '.join(differ)} disagree(s) with {METHODS[0]} on the final rows"
+        )
     shutil.rmtree(case_dir, ignore_errors=True)
     return {
         "label": label,
