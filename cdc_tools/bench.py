@@ -463,6 +463,19 @@ def auto_cdc_peer(spark: SparkSession, work: Path) -> dict[str, Any]:
             spark.sql(f"DROP TABLE IF EXISTS spark_catalog.default.{SDP_TARGET}")
 
 
+def _check_identical(
+    spark: SparkSession, label: str, finals: dict[str, Path], columns: list[str]
+) -> bool:
+    """True when every method's final holds overwrite-final's rows; else fails naming them."""
+    first = finals[METHODS[0]]
+    differ = [m for m, path in finals.items() if not _same_rows(spark, [first, path], columns)]
+    if differ:
+        raise RuntimeError(
+            f"bench case {label}: {', '.join(differ)} disagree(s) with {METHODS[0]} on the rows"
+        )
+    return True
+
+
 def _same_rows(spark: SparkSession, paths: Sequence[Path], columns: list[str]) -> bool:
     frames = [delta.read_snapshot(spark, delta.load_snapshot(p), columns=columns) for p in paths]
     first = frames[0]
@@ -547,13 +560,8 @@ def run_case(
         for m in methods
     ]
     columns = [c for c in final_schema(changes.schema).fieldNames() if c not in ARRIVAL]
-    differ = [m for m in finals if not _same_rows(spark, [finals[METHODS[0]], finals[m]], columns)]
-    identical = not differ
+    identical = _check_identical(spark, label, finals, columns)
     changes.unpersist()
-    if not identical:
-        raise RuntimeError(
-            f"bench case {label}: {', '.join(differ)} disagree(s) with {METHODS[0]} on the final rows"
-        )
     shutil.rmtree(case_dir, ignore_errors=True)
     return {
         "label": label,
