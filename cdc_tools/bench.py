@@ -373,8 +373,9 @@ def delta_spark_merge(
     sets = ", ".join(f"t.`{c}` = s.`{c}`" for c in columns)
     names = ", ".join(f"`{c}`" for c in columns)
     values = ", ".join(f"s.`{c}`" for c in columns)
+    # Delta resolves delta.`path` only for an absolute path (bench-results/ is relative).
     metrics = spark.sql(
-        f"MERGE INTO delta.`{final}` t USING {view} s ON {on} "
+        f"MERGE INTO delta.`{final.resolve()}` t USING {view} s ON {on} "
         f"WHEN MATCHED AND s.{FLAG} = 'D' AND {newer} THEN DELETE "
         f"WHEN MATCHED AND s.{FLAG} <> 'D' AND {newer} THEN UPDATE SET {sets} "
         f"WHEN NOT MATCHED AND s.{FLAG} <> 'D' THEN INSERT ({names}) VALUES ({values})"
