@@ -11,26 +11,21 @@ from datetime import UTC, datetime
 from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 
-from cdc_pipeline.columns import (
-    ABSENT,
-    ARRIVAL,
-    BATCH,
-    FILE,
-    FLAG,
-    FORMAT_ERROR,
-    RANK,
-    RAW,
-    REASON,
-    ROW,
-    SOURCE_TS_MS,
-    TECHNICAL_PREFIX,
-)
+# The stored column names, re-exported: the steps import them from here with the transforms.
+from cdc_pipeline.columns import ABSENT as ABSENT
+from cdc_pipeline.columns import ARRIVAL as ARRIVAL
+from cdc_pipeline.columns import BATCH as BATCH
+from cdc_pipeline.columns import FILE as FILE
+from cdc_pipeline.columns import FLAG as FLAG
+from cdc_pipeline.columns import FORMAT_ERROR as FORMAT_ERROR
+from cdc_pipeline.columns import RANK, SOURCE_TS_MS, TECHNICAL_PREFIX
+from cdc_pipeline.columns import RAW as RAW
+from cdc_pipeline.columns import REASON as REASON
+from cdc_pipeline.columns import ROW as ROW
 from cdc_pipeline.config import EVENT_FORMATS, TableConfig
 from cdc_pipeline.durations import parse_duration
 from cdc_pipeline.schema import normalize_type
 
-# The column names are re-exported: the steps import them from here with the transforms.
-__all__ = ["ABSENT", "ARRIVAL", "BATCH", "FILE", "FLAG", "FORMAT_ERROR", "RAW", "REASON", "ROW"]
 VALID_FLAGS = ("I", "U", "D")
 TRUNCATE = "T"  # an event format's truncate: every row ordered before it goes
 # The columns an event carries (read frame), and staging's list of the data columns a change
