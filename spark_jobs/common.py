@@ -6,6 +6,7 @@ import argparse
 import json
 import os
 import re
+import subprocess
 import sys
 import traceback
 from collections.abc import Callable, Sequence
@@ -110,9 +111,19 @@ class StepReport:
         return f"{self.step} {self.table}{where}: {values}".rstrip()
 
 
+def _message(error: BaseException) -> str:
+    """An error's message, also when it cannot be had: py4j's Java errors ask the JVM for their
+    text, and a JVM that has just died (out of memory) cannot answer."""
+    try:
+        return str(error)
+    except Exception:
+        return str(getattr(error, "errmsg", "") or "")
+
+
 def one_line(error: BaseException) -> str:
     """An error as one line: its message's first line, prefixed by its kind for non-CDC errors."""
-    text = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+    message = _message(error).strip()
+    text = message.splitlines()[0] if message else type(error).__name__
     if isinstance(error, CdcError):
         return text
     resource = _resource_problem(error)
@@ -125,7 +136,7 @@ def one_line(error: BaseException) -> str:
             f"Spark Connect server {remote} stopped answering ({type(error).__name__}: {text}); "
             "nothing was committed past the last commit the summary reports: rerun the step"
         )
-    return f"{type(error).__name__}: {text}"
+    return f"{type(error).__name__}: {text}" if message else type(error).__name__
 
 
 NOTHING_PAST = "nothing past the last commit the summary reports was written"
@@ -144,11 +155,15 @@ def _resource_problem(error: BaseException) -> str | None:
     current: BaseException | None = error
     while current is not None and id(current) not in seen:
         seen.add(id(current))
-        texts.append(f"{type(current).__name__}: {current}")
+        texts.append(f"{type(current).__name__}: {_message(current)}")
         current = current.__cause__ or current.__context__
     text = "\n".join(texts)
+    out_of_memory = (
+        f"Spark ran out of memory (java.lang.OutOfMemoryError): {_driver_memory_advice()}; "
+        + NOTHING_PAST
+    )
     if "OutOfMemoryError" in text or "GC overhead limit exceeded" in text:
-        return f"Spark ran out of memory (java.lang.OutOfMemoryError): {_driver_memory_advice()}; {NOTHING_PAST}"
+        return out_of_memory
     if "No space left on device" in text:
         return (
             "disk full (No space left on device): free space where CDC_WAREHOUSE lives and in "
@@ -163,15 +178,48 @@ def _resource_problem(error: BaseException) -> str | None:
             "storage is read-only (Read-only file system): CDC_WAREHOUSE must be writable; remount "
             f"it read-write or point CDC_WAREHOUSE elsewhere, then rerun; {NOTHING_PAST}"
         )
-    if not os.environ.get("CDC_SPARK_REMOTE") and (
-        type(error).__name__ in ("Py4JNetworkError", "ConnectionRefusedError")
-        or "Answer from Java side is empty" in text
+    exit_code = _driver_jvm_exit() if "Py4J" in text or "Connection refused" in text else None
+    if exit_code == SPARK_EXIT_OOM:
+        return out_of_memory
+    if exit_code is not None or (
+        not os.environ.get("CDC_SPARK_REMOTE")
+        and (
+            type(error).__name__ in ("Py4JNetworkError", "ConnectionRefusedError")
+            or "Answer from Java side is empty" in text
+        )
     ):
         return (
             "Spark's driver JVM exited mid-step (most often out of memory: look for "
             f"java.lang.OutOfMemoryError above): {_driver_memory_advice()}; {NOTHING_PAST}"
         )
     return None
+
+
+SPARK_EXIT_OOM = 52  # SparkExitCode.OOM: the JVM's exit after an OutOfMemoryError in a task
+
+
+def _driver_jvm_exit() -> int | None:
+    """The exit code of the classic session's driver JVM if it died under this step, else None.
+
+    An OutOfMemoryError in a task makes Spark's uncaught-exception handler exit the JVM with
+    code 52; the Python side then sees whatever the dying JVM answered last (a stopped
+    SparkContext's NullPointerException, a refused connection), not the OutOfMemoryError.
+    Waits a few seconds for the exit: the JVM runs its shutdown hooks first.
+    """
+    if os.environ.get("CDC_SPARK_REMOTE") or "pyspark" not in sys.modules:
+        return None
+    from pyspark import SparkContext
+
+    process = getattr(SparkContext._gateway, "proc", None)
+    if process is None:
+        return None
+    try:
+        return int(process.wait(timeout=JVM_EXIT_WAIT_SECONDS))
+    except subprocess.TimeoutExpired:
+        return None  # the JVM lives: an ordinary Java error
+
+
+JVM_EXIT_WAIT_SECONDS = 10
 
 
 def _read_only_folder(text: str) -> bool:
