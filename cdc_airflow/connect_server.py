@@ -22,12 +22,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
-from urllib.parse import urlparse
 
-from cdc_pipeline.jvm import utf8_locale
+from cdc_pipeline.jvm import CONNECT_DEFAULT_PORT, utf8_locale
 
 SERVER_CLASS = "org.apache.spark.sql.connect.service.SparkConnectServer"
-DEFAULT_PORT = 15002
+DEFAULT_PORT = CONNECT_DEFAULT_PORT
 BIND_ADDRESS = "127.0.0.1"
 # Concurrent tasks of different tables share the server: FAIR scheduling lets a small job of
 # one table run beside a long one of another instead of queueing behind it (FIFO).
@@ -88,14 +87,6 @@ def _die_with_parent() -> None:
     so a launcher or test run that is killed without cleaning up leaves no server behind."""
     libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
     libc.prctl(1, signal.SIGTERM)  # 1 = PR_SET_PDEATHSIG
-
-
-def connect_address(url: str) -> tuple[str, int]:
-    """(host, port) of a Spark Connect URL (`sc://host:port/;params`); port 15002 by default."""
-    parsed = urlparse(url)
-    if parsed.scheme != "sc" or not parsed.hostname:
-        raise ValueError(f"not a Spark Connect URL: {url!r} (expected sc://HOST:PORT)")
-    return parsed.hostname, parsed.port or DEFAULT_PORT
 
 
 def server_conf(

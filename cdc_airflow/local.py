@@ -23,9 +23,10 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from cdc_airflow.connect_server import ConnectServer, connect_address
+from cdc_airflow.connect_server import ConnectServer
 from cdc_airflow.connect_server import start as start_connect_server
 from cdc_pipeline.config import project_root
+from cdc_pipeline.jvm import connect_address
 
 BIN = Path(sys.executable).parent
 LOCAL_SPARK = '{"conn_type": "spark", "host": "local[2]"}'  # spark-submit mode

@@ -1,10 +1,13 @@
-"""What the Spark JVMs the project starts need in their environment (no Spark imported here)."""
+"""What the Spark JVMs the project starts need in their environment, and where a Spark Connect
+server listens (no Spark imported here)."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
+from urllib.parse import urlparse
 
 UTF8_LOCALE = {"LC_ALL": "C.UTF-8"}  # built into Debian and most images
+CONNECT_DEFAULT_PORT = 15002
 
 
 def utf8_locale(environment: Mapping[str, str]) -> dict[str, str]:
@@ -18,3 +21,11 @@ def utf8_locale(environment: Mapping[str, str]) -> dict[str, str]:
         if value:
             return {} if "utf-8" in value.lower() or "utf8" in value.lower() else UTF8_LOCALE
     return UTF8_LOCALE
+
+
+def connect_address(url: str) -> tuple[str, int]:
+    """(host, port) of a Spark Connect URL (`sc://host:port/;params`); port 15002 by default."""
+    parsed = urlparse(url)
+    if parsed.scheme != "sc" or not parsed.hostname:
+        raise ValueError(f"not a Spark Connect URL: {url!r} (expected sc://HOST:PORT)")
+    return parsed.hostname, parsed.port or CONNECT_DEFAULT_PORT

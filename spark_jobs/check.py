@@ -403,14 +403,19 @@ def execute_check(config: Path | None, names: Sequence[str]) -> int:
     for result in results:
         print(result.line(), flush=True)
     summaries.record("tables", [{"table": r.table, **r.document()} for r in results])
+    # The Airflow task logs this; the breach lines themselves are in the task's stdout.
+    write_summary(check_report(results))
+    return exit_code(results)
+
+
+def check_report(results: Sequence[CheckResult]) -> StepReport:
+    """The step's summary: tables checked, tables breached, breaches."""
     counts: dict[str, Any] = {
         "tables": len(results),
         "breached": sum(not r.ok for r in results),
         "breaches": sum(len(r.breaches) for r in results),
     }
-    # The Airflow task logs this; the breach lines themselves are in the task's stdout.
-    write_summary(StepReport("check", ",".join(r.table for r in results), "", counts))
-    return exit_code(results)
+    return StepReport("check", ",".join(r.table for r in results), "", counts)
 
 
 def exit_code(results: Sequence[CheckResult]) -> int:

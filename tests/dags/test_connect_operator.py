@@ -12,9 +12,11 @@ from typing import Any
 import pytest
 from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
-from cdc_airflow.connect_server import connect_address, free_port
-from cdc_airflow.dags import CdcStepOperator, SparkConnectUnavailableError
+from cdc_airflow.backends import ConnectBackend, SparkConnectUnavailableError
+from cdc_airflow.connect_server import free_port
+from cdc_airflow.dags import CdcStepOperator
 from cdc_airflow.local import connect_connection
+from cdc_pipeline.jvm import connect_address
 from tests.helpers import Workspace
 
 ROW = {
@@ -112,9 +114,9 @@ def test_on_kill_interrupts_the_tasks_spark_work_on_the_server(
     from spark_jobs.session import build_connect_session
 
     op = operator(workspace)
-    op._connect_tag = "cdc-test-kill"
     session = build_connect_session(connect_server.url, "cdc-test")
-    op._connect_session = session
+    backend = ConnectBackend(connect_server.url, session=session, tag="cdc-test-kill")
+    op._backend = backend  # as execute leaves it while the step runs
     outcome: dict[str, Any] = {}
 
     def long_query() -> None:
@@ -135,7 +137,7 @@ def test_on_kill_interrupts_the_tasks_spark_work_on_the_server(
     assert not worker.is_alive()
     # The query (hours of work) ended at once with an error: interrupted, then its channel closed.
     assert outcome["error"] is not None and outcome["seconds"] < 60, outcome
-    assert op._connect_session is None  # released
+    assert backend.session is None  # released
 
 
 def test_interrupt_reaches_exactly_the_operations_of_the_tag(connect_server: Any) -> None:

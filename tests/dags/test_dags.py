@@ -108,7 +108,7 @@ def test_sample_config_loads_one_dag_per_row(monkeypatch: pytest.MonkeyPatch) ->
     stage = dag.get_task("stage")
     assert stage.application.endswith("spark_jobs/stage.py")
     assert stage.application_args[0] == "orders"
-    assert stage._conn_id == "spark_default"
+    assert stage.conn_id == "spark_default"
     assert dag.get_task("optimize").trigger_rule == "none_failed"
     assert set(dag.tags) == {"cdc", "parquet", "upsert"}
 

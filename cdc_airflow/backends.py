@@ -1,0 +1,237 @@
+"""Where a step runs for the Airflow operator, one backend per kind of Spark connection (as the
+Spark provider keeps one code path per deploy mode):
+
+- `ConnectBackend` (a `spark_connect` connection): the step in the task process, as a Spark
+  Connect client of the server, through the same step functions as the `cdc` command. Its Spark
+  work carries the task try's tag, which `kill` interrupts on the server.
+- `SubmitBackend` (a `spark` connection): spark-submit of the step's module through the
+  provider's `SparkSubmitHook`; the module writes its counts to a JSON file the backend reads.
+
+Both return the step's summary as plain data (the task's XCom) and take nothing from, and put
+nothing into, the worker's environment but what they pass to the child they start.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import socket
+import tempfile
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
+from airflow.sdk.exceptions import AirflowException, AirflowFailException
+
+from cdc_pipeline.errors import ConfigError, TableDamagedError, UsageError
+from cdc_pipeline.jvm import connect_address
+from cdc_pipeline.steps import Step
+
+log = logging.getLogger(__name__)
+
+
+class SparkConnectUnavailableError(AirflowException):
+    """The Spark Connect server of the task's connection does not answer; the task retries."""
+
+
+@dataclass(frozen=True)
+class StepCall:
+    """One task try's step: which step, its rendered arguments, the config it was built from."""
+
+    step: Step
+    arguments: tuple[str, ...]
+    config_path: Path | None
+    conn_id: str
+    tag: str  # names this try's Spark work (Connect: what `kill` interrupts)
+
+
+class Backend(Protocol):
+    """Runs a step call and returns its summary; `kill` stops what it started."""
+
+    def run(self, call: StepCall) -> dict[str, Any]: ...
+
+    def kill(self) -> None: ...
+
+
+def permanent(call: StepCall, error: BaseException) -> AirflowFailException:
+    """A failure a retry would repeat (bad config or arguments, a damaged table): fail once."""
+    table = call.arguments[0] if call.arguments else ""
+    return AirflowFailException(f"{call.step.name} {table}".rstrip() + f": {error}")
+
+
+@dataclass
+class ConnectBackend:
+    """The step in this process as a Spark Connect client of `url`."""
+
+    url: str
+    session: Any = None  # the step's session while it runs (what `kill` interrupts)
+    tag: str | None = None
+
+    def run(self, call: StepCall) -> dict[str, Any]:
+        self.tag = call.tag
+        if call.step.kind == "tables":  # check: its own arguments, one line per table
+            return self.run_check(call)
+        from spark_jobs.common import load_body, parse_step_args, perform, summary_payload
+
+        args = parse_step_args(call.step, call.arguments, call.config_path)
+        noop = self.noop_report(call, args)
+        if noop is not None:
+            return noop
+        factory = self.session_factory(call.conn_id) if call.step.needs_spark else None
+        with self.holding_session():
+            try:
+                report = perform(args, call.step.name, load_body(call.step), factory)
+            except (ConfigError, UsageError, TableDamagedError) as error:
+                raise permanent(call, error) from error
+        print(report.line(), flush=True)
+        return summary_payload(report)
+
+    def noop_report(self, call: StepCall, args: Any) -> dict[str, Any] | None:
+        """The no-op report of an interval step with no landed file and no staged batch."""
+        if call.step.kind != "interval":
+            return None
+        from cdc_pipeline.config import load_table_configs
+        from cdc_pipeline.paths import TablePaths
+        from spark_jobs.common import interval_has_work, noop_report, summary_payload
+
+        try:
+            table = load_table_configs(args.config).table(args.table)
+            interval = args.interval()
+            if interval_has_work(TablePaths.for_table(table.name), table, interval):
+                return None
+        except (ConfigError, UsageError, TableDamagedError) as error:
+            raise permanent(call, error) from error
+        report = noop_report(call.step.name, table.name, interval)
+        print(report.line(), flush=True)
+        return summary_payload(report)
+
+    def run_check(self, call: StepCall) -> dict[str, Any]:
+        """`check [TABLE ...]`: one line per table; a breach fails the task (retried: a rerun
+        after the run that repairs it passes)."""
+        import argparse
+
+        from spark_jobs.check import check_report, run_check, select_tables
+        from spark_jobs.common import add_check_arguments, summary_payload
+
+        parser = argparse.ArgumentParser(prog="check")
+        add_check_arguments(parser)
+        namespace = parser.parse_args(list(call.arguments))
+        try:
+            tables = select_tables(getattr(namespace, "config", call.config_path), namespace.tables)
+        except ConfigError as error:
+            raise permanent(call, error) from error
+        with self.holding_session():
+            results = run_check(self.session_factory(call.conn_id)("cdc-check"), tables)
+        for result in results:
+            print(result.line(), flush=True)
+        report = check_report(results)
+        if report.counts["breached"]:
+            raise AirflowException(f"check: {report.line()}; the breaches are logged above")
+        return summary_payload(report)
+
+    def check_server(self, conn_id: str) -> None:
+        """Raise a retryable error naming the connection and URL when the server is down.
+
+        The Connect client itself would retry a refused connection for minutes before failing.
+        """
+        host, port = connect_address(self.url)
+        try:
+            socket.create_connection((host, port), timeout=10).close()
+        except OSError as error:
+            raise SparkConnectUnavailableError(
+                f"Spark Connect server of connection '{conn_id}' at {self.url} is not "
+                f"reachable ({error}); start it (make airflow starts one) or fix the connection"
+            ) from error
+
+    def session_factory(self, conn_id: str) -> Callable[[str], Any]:
+        """A function giving this try's tagged Connect session; refuses a server that is down."""
+
+        def factory(app_name: str) -> Any:
+            from spark_jobs.session import build_connect_session
+
+            self.check_server(conn_id)
+            session = build_connect_session(self.url, app_name)
+            if self.tag:
+                session.addTag(self.tag)
+            self.session = session
+            return session
+
+        return factory
+
+    @contextmanager
+    def holding_session(self) -> Iterator[None]:
+        """Release the step's session when it ends; interrupt its work first when it did not end
+        normally (a timeout or kill raised inside a Spark call: the server may still run it)."""
+        try:
+            yield
+        except BaseException:
+            self.interrupt()
+            raise
+        finally:
+            self.release()
+
+    def release(self) -> None:
+        """Release the session on the server (its cached data and temporary views)."""
+        session, self.session = self.session, None
+        if session is not None:
+            try:
+                session.stop()
+            except Exception as error:  # the step's result stands; the server drops it later
+                log.warning("could not release the Spark Connect session: %s", error)
+
+    def interrupt(self) -> None:
+        """Interrupt the Spark operations of this try's tag on the server."""
+        session, tag = self.session, self.tag
+        if session is None or not tag:
+            return
+        try:
+            interrupted = session.interruptTag(tag)
+            log.info("interrupted %d Spark operation(s) tagged %s", len(interrupted), tag)
+        except Exception as error:
+            log.warning("could not interrupt the Spark work tagged %s: %s", tag, error)
+
+    def kill(self) -> None:
+        self.interrupt()
+        self.release()
+
+
+@dataclass
+class SubmitBackend:
+    """spark-submit of the step's module (`application`) through the provider's hook."""
+
+    application: str
+    name: str
+    spark_binary: str | None = None
+    env_vars: Mapping[str, str] = field(default_factory=dict)
+    jars: str | None = None
+    conf: Mapping[str, Any] = field(default_factory=dict)
+    hook: SparkSubmitHook | None = None
+
+    def run(self, call: StepCall) -> dict[str, Any]:
+        with summary_file() as summary:
+            self.hook = SparkSubmitHook(
+                conf=dict(self.conf),
+                conn_id=call.conn_id,
+                jars=self.jars,
+                name=self.name,
+                application_args=list(call.arguments),
+                env_vars={**self.env_vars, "CDC_SUMMARY_PATH": str(summary)},
+                spark_binary=self.spark_binary,
+            )
+            self.hook.submit(self.application)
+            report: dict[str, Any] = json.loads(summary.read_text()) if summary.exists() else {}
+        return report
+
+    def kill(self) -> None:
+        if self.hook is not None:
+            self.hook.on_kill()
+
+
+@contextmanager
+def summary_file() -> Iterator[Path]:
+    """A path in a fresh private folder for the step's JSON summary, removed afterwards."""
+    with tempfile.TemporaryDirectory(prefix="cdc-summary-") as folder:
+        yield Path(folder) / "summary.json"
