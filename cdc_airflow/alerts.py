@@ -9,7 +9,8 @@ Variable `cdc_notifiers` maps each name to a kind and its options, for example
      "audit": {"kind": "jsonl", "path": "/var/log/cdc/alerts.jsonl"}}
 
 Kinds: `jsonl` (append one JSON line per alert to a file), `smtp` (Airflow's SMTP provider),
-`webhook` (POST the alert as JSON to the host of an Airflow HTTP connection), and any kind a
+`webhook` (POST the alert as JSON through the HTTP provider's `HttpNotifier` to an Airflow HTTP
+connection, its port, auth and extra headers included; `endpoint` and `headers` optional), and any kind a
 package registers under the entry point group `cdc_pipeline.notifiers` (a factory taking the
 options and returning a callable of one Alert). Names are resolved when an alert is sent, in the
 worker, so parsing the DAGs never reads the Variable. A notifier that fails is logged; it never
@@ -21,7 +22,6 @@ from __future__ import annotations
 import json
 import logging
 import os
-import urllib.request
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
@@ -93,23 +93,19 @@ def _smtp_sender(options: Mapping[str, Any]) -> Sender:
 
 
 def _webhook_sender(options: Mapping[str, Any]) -> Sender:
-    conn_id = str(options["conn_id"])
+    """POST the alert as JSON through the HTTP provider's notifier: the connection's scheme,
+    host, port, login/password and extra headers all apply, plus the entry's own `endpoint`
+    (a path under the host) and `headers`."""
+    from airflow.providers.http.notifications import HttpNotifier
 
     def send(alert: Alert) -> None:
-        from airflow.sdk import BaseHook
-
-        connection = BaseHook.get_connection(conn_id)
-        url = connection.host or ""
-        if connection.schema and "://" not in url:
-            url = f"{connection.schema}://{url}"
-        request = urllib.request.Request(
-            url,
-            data=json.dumps(asdict(alert), default=str).encode(),
-            headers={"Content-Type": "application/json"},
-            method="POST",
+        notifier = HttpNotifier(
+            http_conn_id=str(options["conn_id"]),
+            endpoint=options.get("endpoint"),
+            json=json.loads(json.dumps(asdict(alert), default=str)),
+            headers=dict(options.get("headers") or {}),
         )
-        with urllib.request.urlopen(request, timeout=30):
-            pass
+        notifier.notify({})
 
     return send
 

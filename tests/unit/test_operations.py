@@ -3,8 +3,11 @@ quarantine check and the asset event's extra."""
 
 from __future__ import annotations
 
+import base64
+import http.server
 import json
 import os
+import threading
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from types import SimpleNamespace
@@ -141,6 +144,57 @@ def test_the_registry_resolves_names_to_senders_and_says_what_is_wrong(tmp_path:
         sender_for("nopath", registry)
     with pytest.raises(NotifierError, match=r"unknown kind 'pigeon' \(kinds: jsonl, smtp, webhook"):
         sender_for("odd", registry)
+
+
+def test_a_webhook_posts_the_alert_with_the_connections_port_auth_and_headers(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A real HTTP server on a port of its own, behind basic auth: the connection's port,
+    login/password and extra headers reach it, with the entry's endpoint and headers."""
+    received: list[dict[str, Any]] = []
+
+    class Receiver(http.server.BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            body = self.rfile.read(int(self.headers["Content-Length"]))
+            received.append({"path": self.path, "headers": dict(self.headers), "body": body})
+            self.send_response(204)
+            self.end_headers()
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Receiver)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        connection = {
+            "conn_type": "http",
+            "host": "127.0.0.1",
+            "schema": "http",
+            "port": server.server_address[1],
+            "login": "cdc",
+            "password": "s3cret",
+            "extra": {"X-Team": "data-eng"},
+        }
+        monkeypatch.setenv("AIRFLOW_CONN_OPS_WEBHOOK", json.dumps(connection))
+        entry = {"kind": "webhook", "conn_id": "ops_webhook", "endpoint": "hooks/cdc"}
+        sender_for("hook", {"hook": {**entry, "headers": {"X-Source": "cdc"}}})(alert())
+    finally:
+        server.shutdown()
+        server.server_close()
+    [request] = received
+    assert request["path"] == "/hooks/cdc"
+    assert request["headers"]["Authorization"] == "Basic " + base64.b64encode(b"cdc:s3cret").decode(
+        "ascii"
+    )
+    assert request["headers"]["X-Team"] == "data-eng"
+    assert request["headers"]["X-Source"] == "cdc"
+    posted = json.loads(request["body"])
+    assert (posted["kind"], posted["table"], posted["task_id"], posted["message"]) == (
+        "task_failed",
+        "t",
+        "stage",
+        "boom",
+    )
 
 
 def test_a_failing_notifier_is_reported_and_the_others_still_get_the_alert(tmp_path: Path) -> None:
