@@ -7,8 +7,8 @@ Spark provider keeps one code path per deploy mode):
 - `SubmitBackend` (a `spark` connection): spark-submit of the step's module through the
   provider's `SparkSubmitHook`; the module writes its counts to a JSON file the backend reads.
 
-Both return the step's summary as plain data (the task's XCom) and take nothing from, and put
-nothing into, the worker's environment but what they pass to the child they start.
+Both return the step's summary as plain data (the task's XCom; the operator logs its line once)
+and set nothing in the worker's environment (spark-submit's child gets its own).
 """
 
 from __future__ import annotations
@@ -86,7 +86,6 @@ class ConnectBackend:
                 report = perform(args, call.step.name, load_body(call.step), factory)
             except (ConfigError, UsageError, TableDamagedError) as error:
                 raise permanent(call, error) from error
-        print(report.line(), flush=True)
         return summary_payload(report)
 
     def noop_report(self, call: StepCall, args: Any) -> dict[str, Any] | None:
@@ -105,7 +104,6 @@ class ConnectBackend:
         except (ConfigError, UsageError, TableDamagedError) as error:
             raise permanent(call, error) from error
         report = noop_report(call.step.name, table.name, interval)
-        print(report.line(), flush=True)
         return summary_payload(report)
 
     def run_check(self, call: StepCall) -> dict[str, Any]:
@@ -126,7 +124,7 @@ class ConnectBackend:
         with self.holding_session():
             results = run_check(self.session_factory(call.conn_id)("cdc-check"), tables)
         for result in results:
-            print(result.line(), flush=True)
+            log.info("%s", result.line())
         report = check_report(results)
         if report.counts["breached"]:
             raise AirflowException(f"check: {report.line()}; the breaches are logged above")

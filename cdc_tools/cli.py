@@ -356,6 +356,9 @@ def run_bench_cycle_command(namespace: argparse.Namespace) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of `cdc`."""
+    from spark_jobs.notices import show_warnings_on_stderr
+
+    show_warnings_on_stderr()
     parser = build_parser()
     namespace = parser.parse_args(argv)
     if namespace.json:

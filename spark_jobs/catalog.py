@@ -10,12 +10,12 @@ refuses, the run goes on and says so: registering is a convenience, never a reas
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 from typing import Any
 
 from cdc_pipeline.config import TableConfig
 from cdc_pipeline.paths import TablePaths
+from spark_jobs.notices import warn
 
 
 def outlives_this_process(spark: Any) -> bool:
@@ -78,10 +78,8 @@ def register_tables(spark: Any, table: TableConfig, paths: TablePaths) -> list[s
             added.append(name)
     except Exception as error:  # the catalog is a convenience: the run's commits stand
         text = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
-        print(
-            f"warning: table {table.name}: not registered in the Spark catalog as "
-            f"{table.database}.{table.name}: {text}",
-            file=sys.stderr,
-            flush=True,
+        warn(
+            f"table {table.name}: not registered in the Spark catalog as "
+            f"{table.database}.{table.name}: {text}"
         )
     return added

@@ -41,6 +41,7 @@ from cdc_pipeline.paths import TablePaths
 from spark_jobs import delta
 from spark_jobs.common import StepReport, add_check_arguments, one_line, write_summary
 from spark_jobs.history import IS_CURRENT
+from spark_jobs.notices import show_warnings_on_stderr, warn
 from spark_jobs.transforms import ARRIVAL
 
 # The tables of a table's folder (names of TablePaths properties), loaded in the order a run
@@ -379,13 +380,14 @@ def select_tables(config: Path | None, names: Sequence[str]) -> list[TableConfig
         if not loaded.tables and loaded.problems:
             raise ConfigError("; ".join(str(p) for p in loaded.problems))
         for problem in loaded.problems:
-            print(f"warning: check: skipped: {problem}", file=sys.stderr, flush=True)
+            warn(f"check: skipped: {problem}")
         return [loaded.tables[n] for n in sorted(loaded.tables)]
     return [loaded.table(n) for n in dict.fromkeys(names)]
 
 
 def execute_check(config: Path | None, names: Sequence[str]) -> int:
     """One line per table; 0 when every invariant holds, 1 on a breach, 2 on a bad config."""
+    show_warnings_on_stderr()
     try:
         tables = select_tables(config, names)
     except ConfigError as error:

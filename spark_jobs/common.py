@@ -20,6 +20,7 @@ from cdc_pipeline.errors import CdcError, ConfigError, UsageError
 from cdc_pipeline.intervals import Interval
 from cdc_pipeline.paths import TablePaths
 from cdc_pipeline.steps import ArgumentKind, Step, step_named
+from spark_jobs.notices import show_warnings_on_stderr
 
 
 @dataclass(frozen=True)
@@ -263,6 +264,7 @@ def execute(args: StepArgs, prog: str, body: StepBody, needs_spark: bool = True)
 
     The session is a Connect client with `CDC_SPARK_REMOTE`, else classic on `CDC_SPARK_MASTER`.
     """
+    show_warnings_on_stderr()
     try:
         factory: SparkFactory | None = None
         if needs_spark:
@@ -278,8 +280,8 @@ def execute(args: StepArgs, prog: str, body: StepBody, needs_spark: bool = True)
             traceback.print_exc(file=sys.stderr)
         print(f"error: {prog} {args.table}: {one_line(error)}", file=sys.stderr, flush=True)
         return 1
-    print(report.line(), flush=True)
-    write_summary(report)
+    if not write_summary(report):  # else the Airflow task that reads the file logs the line
+        print(report.line(), flush=True)
     summaries.record("summary", summary_payload(report))
     return 0
 
@@ -339,11 +341,13 @@ def summary_payload(report: StepReport) -> dict[str, Any]:
     return dict(json.loads(json.dumps(payload, default=str)))
 
 
-def write_summary(report: StepReport) -> None:
-    """Also write the counts as JSON where CDC_SUMMARY_PATH says (the Airflow task reads them)."""
+def write_summary(report: StepReport) -> bool:
+    """Write the counts as JSON where CDC_SUMMARY_PATH says (the Airflow task reads them);
+    whether it did."""
     target = os.environ.get("CDC_SUMMARY_PATH")
     if target:
         Path(target).write_text(json.dumps(summary_payload(report)))
+    return bool(target)
 
 
 def run_step(module: str, argv: Sequence[str] | None = None) -> int:

@@ -19,7 +19,6 @@ import csv
 import gzip
 import os
 import re
-import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,6 +30,7 @@ from cdc_pipeline.config import COLUMN_PATTERN, TableConfig
 from cdc_pipeline.errors import InputError
 from spark_jobs.formats import ChangeRead
 from spark_jobs.landing import spark_path
+from spark_jobs.notices import warn
 from spark_jobs.transforms import ARRIVAL, BATCH, FILE, FORMAT_ERROR, RAW, ROW
 
 # A header line longer than this is not read on the driver (its rows are quarantined).
@@ -112,7 +112,7 @@ def read_csv_changes(
         missing = [c for c in wanted if _position(header.names, c) is None]
         if header.has_line and problem is None and missing:
             for path in group:
-                _warn(
+                warn(
                     f"table {table.name}: {_landing_name(path)}: the header has no column "
                     f"{', '.join(missing)}; its rows read null there"
                 )
@@ -232,8 +232,3 @@ def _empty(spark: SparkSession, columns: list[str]) -> DataFrame:
 def _landing_name(path: Path) -> str:
     """A landed file as `dt=.../hr=.../name` (where it is, never what it holds)."""
     return "/".join(Path(path).parts[-3:])
-
-
-def _warn(message: str) -> None:
-    """A warning line on stderr (the task log), like the stage step's own warnings."""
-    print(f"warning: {message}", file=sys.stderr, flush=True)

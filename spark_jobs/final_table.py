@@ -3,7 +3,6 @@ staging's), their schema evolution to staging's, and the partition filter of a r
 
 from __future__ import annotations
 
-import sys
 from typing import Any
 
 from pyspark.sql.types import StructType
@@ -11,6 +10,7 @@ from pyspark.sql.types import StructType
 from cdc_pipeline.config import TableConfig
 from spark_jobs import delta
 from spark_jobs.common import StepContext, StepReport
+from spark_jobs.notices import warn
 from spark_jobs.transforms import ABSENT, ARRIVAL, FLAG
 
 
@@ -34,11 +34,7 @@ def evolve_to_staging(context: StepContext, staging_schema: StructType, report: 
         delta.evolve_table(spark, paths.tombstones, tombstone_schema(staging_schema, table))
     if changed:
         report.counts["schema_changes"] = len(changed)
-        print(
-            f"warning: table {table.name}: final schema evolved: {', '.join(changed)}",
-            file=sys.stderr,
-            flush=True,
-        )
+        warn(f"table {table.name}: final schema evolved: {', '.join(changed)}")
 
 
 def partition_filters(

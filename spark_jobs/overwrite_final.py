@@ -44,6 +44,7 @@ from spark_jobs.key_lookup import (
     partitions_holding_keys,
     with_broadcast_hint,
 )
+from spark_jobs.notices import warn
 from spark_jobs.transforms import (
     ABSENT,
     ARRIVAL,
@@ -417,13 +418,11 @@ def _changes_nothing(plan: Plan, report: StepReport, table: str) -> bool:
 
 def warn_unfilled(table: str, count: int) -> None:
     """Changes that left out a column no earlier row of their key carried: null in final."""
-    print(
-        f"warning: table {table}: {count} change(s) left out columns (an unchanged TOASTed "
+    warn(
+        f"table {table}: {count} change(s) left out columns (an unchanged TOASTed "
         "value) that no earlier change of their key carried and final did not hold: they are "
         "null in final. Capture the table's rows first (a Debezium snapshot, op r) so every "
-        "key has a full row to keep values from.",
-        file=sys.stderr,
-        flush=True,
+        "key has a full row to keep values from."
     )
 
 

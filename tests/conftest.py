@@ -83,6 +83,15 @@ def spark_mode(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) 
 
 
 @pytest.fixture(scope="session", autouse=True)
+def warnings_on_stderr() -> None:
+    """Steps called in this process show their warnings as the `cdc` command does (stderr
+    lines a test reads with capsys), not as log records."""
+    from spark_jobs.notices import show_warnings_on_stderr
+
+    show_warnings_on_stderr()
+
+
+@pytest.fixture(scope="session", autouse=True)
 def connect_by_default(request: pytest.FixtureRequest) -> Iterator[None]:
     """With CDC_TEST_SPARK_MODES=connect, the whole run is a Connect client: also module-scoped
     fixtures that run `cdc` before any test's own mode applies."""

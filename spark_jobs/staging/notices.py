@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Sequence
 
 from cdc_pipeline.config import TableConfig
 from cdc_pipeline.intervals import Interval
 from spark_jobs import landing
 from spark_jobs.landing import LandingFile, Refusal
+from spark_jobs.notices import warn
 
 MAX_LISTED = 10  # entries named in one warning line
 
@@ -64,8 +64,3 @@ def warn_outside_window(
         + f"; apply them with `cdc run {table.name} --start {start} --end "
         f"{interval.end.strftime('%Y-%m-%dT%H:%M:%SZ')}` or widen late_arrival_window"
     )
-
-
-def warn(message: str) -> None:
-    """A warning line on stderr (the task log); the summary line stays the one line on stdout."""
-    print(f"warning: {message}", file=sys.stderr, flush=True)
