@@ -13,9 +13,14 @@ from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
-from airflow.sdk import Asset
-from airflow.sdk.definitions.callback import SyncCallback
-from airflow.sdk.definitions.deadline import DeadlineAlert, DeadlineReference
+# airflow.sdk exports the deadline names at run time (its __all__); its type stub
+# (__init__.pyi, Airflow 3.3.2) does not list them yet, hence the ignore.
+from airflow.sdk import (  # type: ignore[attr-defined]
+    Asset,
+    DeadlineAlert,
+    DeadlineReference,
+    SyncCallback,
+)
 from airflow.sdk.exceptions import AirflowFailException
 
 from cdc_airflow.alerts import (
