@@ -8,8 +8,9 @@ order listed here. The kinds of arguments a step takes are in `spark_jobs.common
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 # interval: TABLE --start --end; table: TABLE; vacuum: TABLE [--retention-hours] [--force];
 # as_of: TABLE --at [--output] [--limit]; tables: [TABLE ...] (check: its own entry).
@@ -106,6 +107,61 @@ STEPS: tuple[Step, ...] = (
         "as_of",
         "the table as it was at --at, from its history (history: true)",
         in_dag=False,
+    ),
+)
+
+ALL_COUNTS = ("*",)
+
+
+@dataclass(frozen=True)
+class Composite:
+    """A command that runs interval steps one after the other in one Spark session and prints
+    one summary line of their counts (`cdc run`)."""
+
+    name: str
+    steps: tuple[str, ...]  # step names, in the order they run
+    help: str
+    # The line's counts: (step, keys) in order, each key only if the step reported it;
+    # ALL_COUNTS for every count of the step. A key seen again keeps its place, takes the value.
+    line: tuple[tuple[str, tuple[str, ...]], ...]
+
+    def counts(self, reported: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
+        """The composite's counts from each step's (`reported[step name]`)."""
+        counts: dict[str, Any] = {}
+        for step, keys in self.line:
+            got = reported[step]
+            counts.update(got if keys == ALL_COUNTS else {k: got[k] for k in keys if k in got})
+        return counts
+
+
+RUN = Composite(
+    "run",
+    ("stage", "overwrite-final"),
+    "stage + overwrite-final",
+    line=(
+        # What stage found and did (a snapshot table's stage also says what its extract changed),
+        (
+            "stage",
+            (
+                "files",
+                "new_files",
+                "files_refused",
+                "symlinks_refused",
+                "unrecognised_entries",
+                "files_deferred",
+                "files_outside_window",
+                "rows_read",
+                "staged",
+                "quarantined",
+                "inserted",
+                "updated",
+                "deleted",
+                "unchanged",
+            ),
+        ),
+        # then everything overwrite-final reports, then the staging version stage committed.
+        ("overwrite-final", ALL_COUNTS),
+        ("stage", ("staging_version",)),
     ),
 )
 

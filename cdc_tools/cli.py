@@ -16,7 +16,7 @@ from typing import Any, TextIO
 from cdc_pipeline import summaries
 from cdc_pipeline.config import load_table_configs
 from cdc_pipeline.intervals import parse_timestamp
-from cdc_pipeline.steps import STEPS, step_named
+from cdc_pipeline.steps import RUN, STEPS, step_named
 
 JSON = "print the summary as one JSON object on stdout"
 
@@ -41,17 +41,15 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", required=True)
     validate = commands.add_parser("validate", help="check every row of the config table")
     validate.add_argument("--config", type=Path, default=argparse.SUPPRESS)
-    # The steps of the registry, with `run` (stage + overwrite-final) after the first two.
+    # The steps of the registry, with the composite `run` after the last step it runs.
     for step in STEPS:
         command = commands.add_parser(step.name, help=step.help)
         if step.kind == "tables":
             add_check_arguments(command)
         else:
             add_step_arguments(command, step.kind)
-        if step.name == "overwrite-final":
-            add_step_arguments(
-                commands.add_parser("run", help="stage + overwrite-final"), "interval"
-            )
+        if step.name == RUN.steps[-1]:
+            add_step_arguments(commands.add_parser(RUN.name, help=RUN.help), "interval")
     _add_bench_commands(commands)
     status = commands.add_parser(
         "status",
@@ -165,44 +163,18 @@ def validate(config: Path | None) -> int:
 
 
 def run_both(args) -> int:  # type: ignore[no-untyped-def]
-    """`cdc run`: stage then overwrite-final in one Spark session, one summary line."""
-    from spark_jobs.common import StepContext, StepReport, execute
-    from spark_jobs.overwrite_final import run_overwrite_final
-    from spark_jobs.stage import run_stage
+    """`cdc run`: the registry's composite (stage then overwrite-final) in one Spark session,
+    one summary line."""
+    from spark_jobs.common import StepContext, StepReport, execute, load_body
 
     def body(context: StepContext, step_args) -> StepReport:  # type: ignore[no-untyped-def]
-        interval = step_args.interval()
-        staged = run_stage(context, interval)
-        applied = run_overwrite_final(context, interval)
-        counts: dict[str, object] = {
-            k: staged.counts[k]
-            for k in (
-                "files",
-                "new_files",
-                "files_refused",
-                "symlinks_refused",
-                "unrecognised_entries",
-                "files_deferred",
-                "files_outside_window",
-                "rows_read",
-                "staged",
-                "quarantined",
-            )
-            if k in staged.counts
+        reported = {
+            name: load_body(step_named(name))(context, step_args).counts for name in RUN.steps
         }
-        # A snapshot table's stage also says what its extract changed.
-        counts.update(
-            {
-                k: staged.counts[k]
-                for k in ("inserted", "updated", "deleted", "unchanged")
-                if k in staged.counts
-            }
-        )
-        counts.update(applied.counts)
-        counts["staging_version"] = staged.counts.get("staging_version")
-        return StepReport("run", context.table.name, str(interval), counts)
+        interval = str(step_args.interval())
+        return StepReport(RUN.name, context.table.name, interval, RUN.counts(reported))
 
-    return execute(args, "run", body)
+    return execute(args, RUN.name, body)
 
 
 def run_status_command(namespace: argparse.Namespace) -> int:
@@ -430,7 +402,7 @@ def dispatch(namespace: argparse.Namespace) -> int:
         from spark_jobs.common import execute, load_body, step_args_from
 
         args = step_args_from(namespace)
-        if namespace.command == "run":
+        if namespace.command == RUN.name:
             code = run_both(args)
         else:
             step = step_named(namespace.command)

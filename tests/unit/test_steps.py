@@ -45,3 +45,20 @@ def test_the_dag_plan_takes_pools_and_outlets_from_the_registry() -> None:
         "vacuum": ("cdc_orders", ()),
         "check": (None, ()),
     }
+
+
+def test_the_run_composite_orders_its_line_from_the_steps_counts() -> None:
+    from cdc_pipeline.steps import RUN
+
+    assert [step_named(name).module for name in RUN.steps] == ["stage", "overwrite_final"]
+    stage = {"files": 2, "staging_version": 3, "rows_read": 5, "quarantine_version": 1, "x": 0}
+    applied = {"partitions": 1, "rows_written": 4, "files": 9}
+    counts = RUN.counts({"stage": stage, "overwrite-final": applied})
+    # stage's listed keys it reported, every count of overwrite-final, stage's staging version.
+    assert list(counts.items()) == [
+        ("files", 9),
+        ("rows_read", 5),
+        ("partitions", 1),
+        ("rows_written", 4),
+        ("staging_version", 3),
+    ]
