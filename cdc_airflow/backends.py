@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 import socket
 import tempfile
 from collections.abc import Callable, Iterator, Mapping
@@ -219,13 +220,34 @@ class SubmitBackend:
                 env_vars={**self.env_vars, "CDC_SUMMARY_PATH": str(summary)},
                 spark_binary=self.spark_binary,
             )
-            self.hook.submit(self.application)
+            try:
+                self.hook.submit(self.application)
+            except AirflowException as error:
+                raise submit_failure(call, summary, error) from error
             report: dict[str, Any] = json.loads(summary.read_text()) if summary.exists() else {}
         return report
 
     def kill(self) -> None:
         if self.hook is not None:
             self.hook.on_kill()
+
+
+def submit_failure(call: StepCall, summary: Path, error: AirflowException) -> AirflowException:
+    """The task's error for a failed spark-submit: the step's own one line (it wrote it to the
+    summary file), failing once when a retry would fail the same way; else the exit code (the
+    hook's own text is the whole command line)."""
+    try:
+        written = json.loads(summary.read_text())
+    except (OSError, ValueError):
+        written = {}
+    if isinstance(written, dict) and written.get("error"):
+        kind = AirflowFailException if written.get("permanent") else AirflowException
+        return kind(str(written["error"]))
+    code = re.search(r"Error code is: (-?\d+)", str(error))
+    return AirflowException(
+        f"{call.step.name}: spark-submit exited with {code.group(1) if code else 'an error'}; "
+        "its output is in the log above"
+    )
 
 
 @contextmanager

@@ -23,7 +23,7 @@ from airflow.sdk import (
     SkipMixin,
     get_parsing_context,
 )
-from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
+from airflow.sdk.exceptions import AirflowException, AirflowFailException, AirflowSkipException
 
 from cdc_airflow.backends import (
     Backend,
@@ -35,7 +35,7 @@ from cdc_airflow.operations import dag_arguments, task_arguments
 from cdc_pipeline.config import ConfigLoadResult, default_config_path, load_table_configs
 from cdc_pipeline.jvm import utf8_locale
 from cdc_pipeline.planning import DagPlan, TaskPlan, cron_of, is_due, plan_table_dag
-from cdc_pipeline.steps import step_named
+from cdc_pipeline.steps import ERROR_XCOM, step_named
 
 log = logging.getLogger(__name__)
 SPARK_JOBS_DIR = Path(__file__).resolve().parent.parent / "spark_jobs"
@@ -139,10 +139,27 @@ class CdcStepOperator(BaseOperator, SkipMixin):
                     "trigger with force_maintenance=true to run it now"
                 )
         self._backend = self.backend()
-        report = self._backend.run(self.step_call(context))
+        try:
+            report = self._backend.run(self.step_call(context))
+        except Exception as error:
+            self.record_failure(context, error)
+            raise
         self.log.info("CDC summary: %s", report.get("line", "(none written)"))
         self._cdc_report = report
         return report
+
+    def record_failure(self, context: Context, error: BaseException) -> None:
+        """Keep the failure's one line as this try's XCom `cdc_error` (the CDC tables view shows
+        it next to the failed task); never hides the failure itself."""
+        from spark_jobs.common import one_line
+
+        text = str(error).strip()
+        # The backends' own errors are one line already; anything else gets its kind.
+        line = text.splitlines()[0] if isinstance(error, AirflowException) and text else None
+        try:
+            context["ti"].xcom_push(key=ERROR_XCOM, value=line or one_line(error))
+        except Exception as push_error:
+            self.log.warning("could not record the failure's reason: %s", push_error)
 
     def backend(self) -> Backend:
         """The Connect backend for a `spark_connect` connection, else spark-submit."""

@@ -18,19 +18,21 @@ from typing import Any
 from cdc_pipeline.columns import CHECK_FILE
 from cdc_pipeline.config import TableConfig, load_table_configs
 from cdc_pipeline.paths import TablePaths
-from cdc_pipeline.steps import count_task_ids
+from cdc_pipeline.steps import ERROR_XCOM, count_task_ids
 from spark_jobs.freshness import DataFreshness, data_freshness
 
 log = logging.getLogger(__name__)
 
 RECENT_RUNS = 20  # runs per table in the sparklines and the quarantine growth
 COUNT_TASKS = count_task_ids()  # their XCom return_value holds the step's counts
-TIME_FORMAT = "%Y-%m-%d %H:%M:%SZ"
+TIME_FORMAT = "%Y-%m-%d %H:%MZ"  # the one date format of the view
+FINISHED = ("success", "failed")
 
 
 @dataclass(frozen=True)
 class RunPoint:
-    """One finished DAG run of a table, with the counts its steps reported (None if unknown)."""
+    """One DAG run of a table (queued, running or finished), with the counts its steps reported
+    (None if unknown) and, when it failed, its failed tasks and their one-line reasons."""
 
     run_id: str
     state: str
@@ -44,6 +46,13 @@ class RunPoint:
     changes: int | None = None
     rows_written: int | None = None
     partitions_rewritten: int | None = None
+    started: datetime | None = None  # when it started (or was queued): the order of the runs
+    failures: tuple[tuple[str, str | None], ...] = ()  # (task id, its reason if it gave one)
+
+    @property
+    def finished(self) -> bool:
+        """Success or failed (a queued or running run has no counts or duration yet)."""
+        return self.state in FINISHED
 
 
 @dataclass(frozen=True)
@@ -86,8 +95,8 @@ class TableStatus:
     freshness_limit: str | None
     freshness: Freshness
     last_success_interval: str | None
-    last_run: RunPoint | None  # the latest successful run
-    runs: list[RunPoint] = field(default_factory=list)  # the last finished runs, oldest first
+    last_run: RunPoint | None  # the latest run whatever its state (running, failed, ...)
+    runs: list[RunPoint] = field(default_factory=list)  # the last runs, oldest start first
     final_version: int | None = None
     final_rows: int | None = None
     staging_rows: int | None = None
@@ -97,12 +106,31 @@ class TableStatus:
     last_reset: str | None = None
     check: CheckResult | None = None
     problem: str | None = None  # what of the table could not be read (its row still shows)
+    paused: bool = False  # its DAG is paused: no run starts
+    max_quarantine_fraction: float | None = None
 
     @property
     def quarantine_growth(self) -> int | None:
         """Rows quarantined over the recent runs (None when no run reported a count)."""
         counts = [r.quarantined for r in self.runs if r.quarantined is not None]
         return sum(counts) if counts else None
+
+    @property
+    def quarantine_rate(self) -> float | None:
+        """Rows quarantined per row read over the recent runs (None when nothing was read)."""
+        pairs = [
+            (r.quarantined, r.rows_read)
+            for r in self.runs
+            if r.quarantined is not None and r.rows_read
+        ]
+        read = sum(p[1] or 0 for p in pairs)
+        return sum(p[0] or 0 for p in pairs) / read if read else None
+
+    @property
+    def quarantine_over_limit(self) -> bool:
+        """The recent rate is past the row's max_quarantine_fraction."""
+        rate, limit = self.quarantine_rate, self.max_quarantine_fraction
+        return rate is not None and limit is not None and rate > limit
 
     def as_dict(self) -> dict[str, Any]:
         """JSON-ready: datetimes as ISO 8601 text."""
@@ -118,7 +146,11 @@ class TableStatus:
             "last_success_interval": self.last_success_interval,
             "last_run": _run_dict(self.last_run),
             "runs": [_run_dict(r) for r in self.runs],
+            "paused": self.paused,
             "quarantine_growth": self.quarantine_growth,
+            "quarantine_rate": self.quarantine_rate,
+            "max_quarantine_fraction": self.max_quarantine_fraction,
+            "quarantine_over_limit": self.quarantine_over_limit,
             "final_version": self.final_version,
             "final_rows": self.final_rows,
             "staging_rows": self.staging_rows,
@@ -146,6 +178,8 @@ def _run_dict(run: RunPoint | None) -> dict[str, Any] | None:
         return None
     data = dict(run.__dict__)
     data["interval_start"], data["interval_end"] = _iso(run.interval_start), _iso(run.interval_end)
+    data["started"] = _iso(run.started)
+    data["failures"] = [{"task_id": task, "reason": reason} for task, reason in run.failures]
     return data
 
 
@@ -270,8 +304,10 @@ def run_point(
     interval: tuple[datetime | None, datetime | None],
     times: tuple[datetime | None, datetime | None],
     xcoms: Mapping[str, Any],
+    failures: Sequence[tuple[str, str | None]] = (),
 ) -> RunPoint:
-    """A run and its steps' XCom values (task_id -> return_value) as one point of the history."""
+    """A run and its steps' XCom values (task_id -> return_value) as one point of the history;
+    `times` are its start (or queue time) and end, `failures` its failed tasks and reasons."""
     stage, final = _counts(xcoms.get("stage")), _counts(xcoms.get("overwrite_final"))
     if str(stage.get("noop")).lower() == "true":
         # An interval without landing files: the step did nothing, so nothing was read or staged.
@@ -290,6 +326,8 @@ def run_point(
         changes=_int(final.get("changes")),
         rows_written=_int(final.get("rows_written")),
         partitions_rewritten=_int(final.get("partitions_rewritten")),
+        started=started,
+        failures=tuple(failures),
     )
 
 
@@ -300,23 +338,23 @@ def _utc(value: datetime | None) -> datetime | None:
 
 
 def recent_runs(dag_ids: Collection[str], limit: int = RECENT_RUNS) -> dict[str, list[RunPoint]]:
-    """dag_id -> its last `limit` finished runs (by data interval end, oldest first) with counts.
+    """dag_id -> its last `limit` runs in any state (by start, or queue time, oldest first) with
+    counts, failed tasks and their reasons.
 
-    Two queries on the Airflow metadata DB whatever the number of tables: the runs (ranked per
-    DAG by a window function) and the XCom return values of their stage/overwrite_final tasks.
+    Three queries on the Airflow metadata DB whatever the number of tables: the runs (ranked per
+    DAG by a window function), the XCom values of their steps (counts, failure reasons) and their
+    failed task instances.
     """
     if not dag_ids:
         return {}
     from airflow.models.dagrun import DagRun
+    from airflow.models.taskinstance import TaskInstance
     from airflow.models.xcom import XComModel
     from airflow.utils.session import create_session
     from sqlalchemy import func, select
 
-    rank = (
-        func.row_number()
-        .over(partition_by=DagRun.dag_id, order_by=DagRun.data_interval_end.desc())
-        .label("rank")
-    )
+    started = func.coalesce(DagRun.start_date, DagRun.queued_at, DagRun.data_interval_end)
+    rank = func.row_number().over(partition_by=DagRun.dag_id, order_by=started.desc())
     ranked = (
         select(
             DagRun.id,
@@ -325,39 +363,86 @@ def recent_runs(dag_ids: Collection[str], limit: int = RECENT_RUNS) -> dict[str,
             DagRun.state,
             DagRun.data_interval_start,
             DagRun.data_interval_end,
-            DagRun.start_date,
+            started.label("started"),
             DagRun.end_date,
-            rank,
+            rank.label("rank"),
         )
-        .where(DagRun.dag_id.in_(sorted(dag_ids)), DagRun.state.in_(("success", "failed")))
+        .where(DagRun.dag_id.in_(sorted(dag_ids)))
         .subquery()
     )
+    values: dict[int, dict[str, Any]] = {}
+    errors: dict[tuple[int, str], str] = {}
+    failed: dict[tuple[str, str], list[str]] = {}
     with create_session() as session:
         runs = session.execute(select(ranked).where(ranked.c.rank <= limit)).all()
-        values: dict[int, dict[str, Any]] = {}
         if runs:
             rows = session.execute(
-                select(XComModel.dag_run_id, XComModel.task_id, XComModel.value).where(
+                select(
+                    XComModel.dag_run_id, XComModel.task_id, XComModel.key, XComModel.value
+                ).where(
                     XComModel.dag_run_id.in_([r.id for r in runs]),
-                    XComModel.task_id.in_(COUNT_TASKS),
-                    XComModel.key == "return_value",
+                    XComModel.key.in_(("return_value", ERROR_XCOM)),
                     XComModel.map_index == -1,
                 )
             ).all()
-            for run_key, task_id, value in rows:
-                values.setdefault(run_key, {})[task_id] = value
+            for run_key, task_id, key, value in rows:
+                if key == ERROR_XCOM:
+                    errors[(run_key, task_id)] = _text_value(value)
+                elif task_id in COUNT_TASKS:
+                    values.setdefault(run_key, {})[task_id] = value
+            failed_runs = [r.run_id for r in runs if r.state == "failed"]
+            if failed_runs:
+                for dag_id, run_id, task_id in session.execute(
+                    select(TaskInstance.dag_id, TaskInstance.run_id, TaskInstance.task_id).where(
+                        TaskInstance.dag_id.in_(sorted(dag_ids)),
+                        TaskInstance.run_id.in_(failed_runs),
+                        TaskInstance.state == "failed",  # not the upstream_failed after it
+                    )
+                ).all():
+                    failed.setdefault((dag_id, run_id), []).append(task_id)
     result: dict[str, list[RunPoint]] = {d: [] for d in dag_ids}
-    for r in sorted(runs, key=lambda r: (r.dag_id, _utc(r.data_interval_end) or datetime.min)):
+    for r in sorted(
+        runs, key=lambda r: (r.dag_id, _utc(r.started) or datetime.min.replace(tzinfo=UTC))
+    ):
         result[r.dag_id].append(
             run_point(
                 r.run_id,
                 str(r.state),
                 (r.data_interval_start, r.data_interval_end),
-                (r.start_date, r.end_date),
+                (r.started, r.end_date),
                 values.get(r.id, {}),
+                [(t, errors.get((r.id, t))) for t in sorted(failed.get((r.dag_id, r.run_id), []))],
             )
         )
     return result
+
+
+def _text_value(value: Any) -> str:
+    """An XCom value stored as JSON text, or as the text itself."""
+    if isinstance(value, str):
+        try:
+            decoded = json.loads(value)
+        except ValueError:
+            return value
+        return decoded if isinstance(decoded, str) else str(decoded)
+    return str(value)
+
+
+def paused_dags(dag_ids: Collection[str]) -> set[str]:
+    """The DAG ids among `dag_ids` that are paused (one query)."""
+    if not dag_ids:
+        return set()
+    from airflow.models.dag import DagModel
+    from airflow.utils.session import create_session
+    from sqlalchemy import select
+
+    with create_session() as session:
+        rows = session.execute(
+            select(DagModel.dag_id).where(
+                DagModel.dag_id.in_(sorted(dag_ids)), DagModel.is_paused.is_(True)
+            )
+        ).all()
+    return {row.dag_id for row in rows}
 
 
 def table_status(
@@ -365,8 +450,9 @@ def table_status(
     runs: Sequence[RunPoint],
     now: datetime | None = None,
     paths: TablePaths | None = None,
+    paused: bool = False,
 ) -> TableStatus:
-    """The view's row of one table from its recent runs (oldest first) and its Delta logs."""
+    """The view's row of one table from its recent runs (oldest start first) and Delta logs."""
     now = now or datetime.now(UTC)
     paths = paths or TablePaths.for_table(table.name)
     successes = [r for r in runs if r.state == "success" and r.interval_end is not None]
@@ -401,8 +487,10 @@ def table_status(
         last_success_interval=None
         if last is None or last.interval_start is None or last.interval_end is None
         else f"[{last.interval_start:%Y-%m-%d %H:%M}, {last.interval_end:%Y-%m-%d %H:%M})",
-        last_run=last,
+        last_run=runs[-1] if runs else None,
         runs=list(runs),
+        paused=paused,
+        max_quarantine_fraction=table.max_quarantine_fraction,
         final_version=final.version() if final is not None else None,
         final_rows=_rows(final),
         staging_rows=_rows(staging),
@@ -427,16 +515,20 @@ def all_table_status(
         for _, t in sorted(load_table_configs().tables.items())
         if readable is None or t.dag_id in readable
     ]
-    runs = recent_runs([t.dag_id for t in tables]) if with_airflow else {}
-    return [_table_status_or_problem(t, runs.get(t.dag_id, []), now) for t in tables]
+    dag_ids = [t.dag_id for t in tables]
+    runs = recent_runs(dag_ids) if with_airflow else {}
+    paused = paused_dags(dag_ids) if with_airflow else set()
+    return [
+        _table_status_or_problem(t, runs.get(t.dag_id, []), now, t.dag_id in paused) for t in tables
+    ]
 
 
 def _table_status_or_problem(
-    table: TableConfig, runs: Sequence[RunPoint], now: datetime | None
+    table: TableConfig, runs: Sequence[RunPoint], now: datetime | None, paused: bool
 ) -> TableStatus:
     """The table's row; when reading it fails, a row that says why (the others still show)."""
     try:
-        return table_status(table, runs, now)
+        return table_status(table, runs, now, paused=paused)
     except Exception as error:
         log.exception("table %s: status unreadable", table.name)
         text = str(error).strip().splitlines()[0] if str(error).strip() else ""
@@ -446,7 +538,8 @@ def _table_status_or_problem(
             freshness_limit=getattr(table, "freshness", None),
             freshness=Freshness(None, None, None, False),
             last_success_interval=None,
-            last_run=None,
+            last_run=runs[-1] if runs else None,
             runs=list(runs),
             problem=f"unreadable: {type(error).__name__}: {text}",
+            paused=paused,
         )

@@ -110,6 +110,8 @@ STEPS: tuple[Step, ...] = (
     ),
 )
 
+# The XCom key under which a failed step task keeps its one-line reason (the view reads it).
+ERROR_XCOM = "cdc_error"
 ALL_COUNTS = ("*",)
 
 

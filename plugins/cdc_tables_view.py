@@ -1,8 +1,10 @@
 """Airflow plugin: the "CDC tables" control room, behind the Airflow login and per-DAG read access.
 
-Per table: how far behind it is (red past its `freshness` deadline), the last run's counts,
-quarantine growth, rows and run time of the recent runs as inline SVG sparklines, the latest
-`cdc check`, and links into the DAG. Links are relative to the page, so the view also works when
+Per table: how far behind it is (red past its `freshness` deadline), the last run whatever its
+state (a failed one with its failed tasks, their one-line reasons and links to their logs), the
+quarantine rate against `max_quarantine_fraction`, rows and run time of the recent runs as inline
+SVG sparklines, the latest `cdc check`, whether the DAG is paused, and links into the DAG. The
+page reloads itself every minute. Links are relative to the page, so the view also works when
 Airflow is served under a sub-path. The handlers that read Delta logs and the metadata DB are
 plain `def`s: FastAPI runs them in its thread pool, off the api-server's event loop.
 """
@@ -21,9 +23,10 @@ from fastapi import Depends, FastAPI, HTTPException, Request
 from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
 from fastapi.security import HTTPAuthorizationCredentials
 
-from cdc_airflow.table_status import RunPoint, TableStatus, all_table_status
+from cdc_airflow.table_status import TIME_FORMAT, RunPoint, TableStatus, all_table_status
 
 PREFIX = "/cdc-tables"
+REFRESH_SECONDS = 60
 # No /docs, /redoc or /openapi.json: a plugin app is served without Airflow's authentication,
 # and these would describe the view to anyone.
 app = FastAPI(title="CDC tables", docs_url=None, redoc_url=None, openapi_url=None)
@@ -117,8 +120,14 @@ svg.spark{vertical-align:middle}
 td.spark-rows,td.spark-seconds{white-space:nowrap}
 svg.spark polyline{fill:none;stroke:#1f6fd1;stroke-width:1.5}
 svg.spark circle{fill:#1f6fd1}
-svg.spark rect.failed{fill:#d33}
+svg.spark rect.failed{fill:#d33;fill-opacity:.55}
 a{color:#1f6fd1}
+.state{display:inline-block;padding:0 5px;border-radius:3px;font-size:.85em;font-weight:600}
+.state.success{background:#e3f4e3;color:#136b13}
+.state.failed{background:#fde2e1;color:#a40000}
+.state.running,.state.queued{background:#e3edfb;color:#1f4f99}
+.state.paused{background:#eee;color:#555}
+.over{background:#fde2e1;color:#a40000;font-weight:600}
 """
 HEADERS = [
     "Table",
@@ -139,7 +148,7 @@ def _text(value: Any) -> str:
 
 
 def sparkline(values: Sequence[float | None], width: int = 120, height: int = 24) -> str:
-    """An inline SVG polyline of `values` (None: a gap, drawn as a red tick at the bottom).
+    """An inline SVG polyline of `values` (None: a gap, drawn as a red bar through the box).
 
     Self-contained markup: no script, no stylesheet or font from elsewhere.
     """
@@ -153,9 +162,7 @@ def sparkline(values: Sequence[float | None], width: int = 120, height: int = 24
     for i, value in enumerate(values):
         x = round(i * step, 1)
         if value is None:
-            marks.append(
-                f'<rect class="failed" x="{x - 1}" y="{height - 4}" width="2" height="4"/>'
-            )
+            marks.append(f'<rect class="failed" x="{x - 2}" y="0" width="4" height="{height}"/>')
             continue
         y = round(height - 2 - (value - low) / span * (height - 4), 1)
         points.append(f"{x},{y}")
@@ -196,9 +203,22 @@ def _behind(status: TableStatus) -> tuple[str, str]:
     return ("fresh" if fresh.hours_behind is not None else "muted"), f"{text}{limit}"
 
 
-def _last_run(run: RunPoint | None) -> str:
+def _when(value: datetime | None) -> str:
+    return "-" if value is None else value.astimezone(UTC).strftime(TIME_FORMAT)
+
+
+def _last_run(run: RunPoint | None, dag: str) -> str:
+    """The latest run whatever its state: state, when, counts; a failed one's tasks with their
+    reasons and links to their logs."""
     if run is None:
         return '<span class="muted">none</span>'
+    link = f"{dag}/runs/{quote(run.run_id, safe='')}"
+    head = (
+        f'<span class="state {_text(run.state)}">{_text(run.state)}</span> '
+        f'<a href="{link}" target="_top">{_text(_when(run.started))}</a>'
+    )
+    if not run.finished:
+        return head
     parts = [
         ("files", run.files),
         ("read", run.rows_read),
@@ -210,20 +230,34 @@ def _last_run(run: RunPoint | None) -> str:
     ]
     counts = ", ".join(f"{name} {value}" for name, value in parts if value is not None)
     took = f" in {run.seconds:.0f} s" if run.seconds is not None else ""
-    return f"{_text(counts or 'no counts')}{took}"
+    failures = "".join(
+        f'<br><a class="bad" href="{link}/tasks/{quote(task, safe="")}" target="_top">'
+        f"{_text(task)}</a>: {_text(reason or 'see its log')}"
+        for task, reason in run.failures
+    )
+    return f"{head}<br>{_text(counts or 'no counts')}{took}{failures}"
 
 
 def _check(status: TableStatus) -> str:
     check = status.check
     if check is None:
         return '<span class="muted">not checked</span>'
+    checked = _text(_iso_text(check.checked_at))
     if check.ok:
-        return f'<span class="ok">ok</span> <span class="muted">{_text(check.checked_at)}</span>'
+        return f'<span class="ok">ok</span> <span class="muted">{checked}</span>'
     more = f" (+{len(check.breaches) - 1} more)" if len(check.breaches) > 1 else ""
     return (
         f'<span class="bad">breach</span>: {_text(check.first_breach)}{_text(more)} '
-        f'<span class="muted">{_text(check.checked_at)}</span>'
+        f'<span class="muted">{checked}</span>'
     )
+
+
+def _iso_text(text: str) -> str:
+    """An ISO 8601 time written by a step, in the view's one format (as it is if not one)."""
+    try:
+        return _when(datetime.fromisoformat(text.replace("Z", "+00:00")))
+    except ValueError:
+        return text
 
 
 def _latest(values: Sequence[float | None], unit: str) -> str:
@@ -232,11 +266,19 @@ def _latest(values: Sequence[float | None], unit: str) -> str:
 
 
 def _quarantine(status: TableStatus) -> str:
-    """Rows quarantined over the recent runs, and what the quarantine table holds."""
+    """Rows quarantined over the recent runs as a rate of the rows read (red past the row's
+    max_quarantine_fraction), and what the quarantine table holds."""
     held = status.quarantined_rows or 0
     if status.quarantine_growth is None:
         return f"{held:,} held"
-    return f"+{status.quarantine_growth:,} over {len(status.runs)} runs, {held:,} held"
+    finished = sum(1 for r in status.runs if r.finished)
+    text = f"+{status.quarantine_growth:,} over {finished} runs, {held:,} held"
+    rate, limit = status.quarantine_rate, status.max_quarantine_fraction
+    if rate is None:
+        return text
+    limit_text = f" (limit {limit:.1%})" if limit is not None else ""
+    css = "over" if status.quarantine_over_limit else "muted"
+    return f'{text}<br><span class="{css}">{rate:.1%} of rows read{limit_text}</span>'
 
 
 def _final(status: TableStatus) -> str:
@@ -254,25 +296,21 @@ def render_row(status: TableStatus, root: str) -> str:
     dag = f"{root}dags/{quote(status.dag_id)}"
     name = _text(status.name)
     behind_class, behind = _behind(status)
-    runs = status.runs
+    runs = [r for r in status.runs if r.finished]  # the sparklines: finished runs by start
     staged = [float(r.staged) if r.staged is not None else None for r in runs]
     seconds = [r.seconds if r.state == "success" else None for r in runs]
     quarantined = [float(r.quarantined) if r.quarantined is not None else None for r in runs]
     failed = sum(1 for r in runs if r.state == "failed")
-    last_link = (
-        f' <a href="{dag}/runs/{quote(status.last_run.run_id)}" target="_top">run</a>'
-        if status.last_run
-        else ""
-    )
     cells = [
-        f'<td><a href="{dag}" target="_top">{name}</a><br>'
-        f'<a class="muted" href="{dag}/runs" target="_top">runs</a>'
+        f'<td><a href="{dag}" target="_top">{name}</a>'
+        + (' <span class="state paused">paused</span>' if status.paused else "")
+        + f'<br><a class="muted" href="{dag}/runs" target="_top">runs</a>'
         + (f' <span class="bad">{failed} failed</span>' if failed else "")
         + (f'<br><span class="bad">{_text(status.problem)}</span>' if status.problem else "")
         + "</td>",
         f'<td class="{behind_class}" data-hours="{_text(status.freshness.hours_behind)}">{behind}</td>',
-        f"<td>{_text(status.last_success_interval)}{last_link}</td>",
-        f"<td>{_last_run(status.last_run)}</td>",
+        f"<td>{_text(status.last_success_interval or '-')}</td>",
+        f'<td class="last-run">{_last_run(status.last_run, dag)}</td>',
         f'<td class="spark-rows">{sparkline(staged)}{_latest(staged, "")}</td>',
         f'<td class="spark-seconds">{sparkline(seconds)}{_latest(seconds, " s")}</td>',
         f'<td class="quarantine">{sparkline(quarantined)}<br>{_quarantine(status)}</td>',
@@ -294,9 +332,11 @@ def render_page(statuses: Sequence[TableStatus], root: str, now: datetime) -> st
     summary = f"{len(statuses)} tables, {late} past their freshness deadline"
     return (
         "<!doctype html><html><head><meta charset='utf-8'><title>CDC tables</title>"
+        f'<meta http-equiv="refresh" content="{REFRESH_SECONDS}">'
         f"<style>{STYLE}</style></head><body><h1>CDC tables</h1>"
-        f'<p class="note" id="summary">{_text(summary)}; as of {now:%Y-%m-%d %H:%M:%S}Z. '
-        "Sparklines: the last runs, oldest left (a red tick: no value, e.g. a failed run).</p>"
+        f'<p class="note" id="summary">{_text(summary)}; as of {_when(now)}, reloads every '
+        f"{REFRESH_SECONDS} s. Sparklines: the last finished runs by start time, oldest left "
+        "(a red bar: no value, e.g. a failed run).</p>"
         f"<table><thead><tr>{head}</tr></thead><tbody>{rows}</tbody></table></body></html>"
     )
 

@@ -16,7 +16,7 @@ from typing import Any
 
 from cdc_pipeline import summaries
 from cdc_pipeline.config import TableConfig, load_table_configs
-from cdc_pipeline.errors import CdcError, ConfigError, UsageError
+from cdc_pipeline.errors import CdcError, ConfigError, TableDamagedError, UsageError
 from cdc_pipeline.intervals import Interval
 from cdc_pipeline.paths import TablePaths
 from cdc_pipeline.steps import ArgumentKind, Step, step_named
@@ -273,12 +273,16 @@ def execute(args: StepArgs, prog: str, body: StepBody, needs_spark: bool = True)
             factory = build_spark_session
         report = perform(args, prog, body, factory)
     except (ConfigError, UsageError) as error:
-        print(f"error: {prog}: {one_line(error)}", file=sys.stderr, flush=True)
+        line = f"error: {prog}: {one_line(error)}"
+        print(line, file=sys.stderr, flush=True)
+        write_failure(line, permanent=True)
         return 2
     except Exception as error:
         if not isinstance(error, CdcError):
             traceback.print_exc(file=sys.stderr)
-        print(f"error: {prog} {args.table}: {one_line(error)}", file=sys.stderr, flush=True)
+        line = f"error: {prog} {args.table}: {one_line(error)}"
+        print(line, file=sys.stderr, flush=True)
+        write_failure(line, permanent=isinstance(error, TableDamagedError))
         return 1
     if not write_summary(report):  # else the Airflow task that reads the file logs the line
         print(report.line(), flush=True)
@@ -339,6 +343,14 @@ def summary_payload(report: StepReport) -> dict[str, Any]:
         "line": report.line(),
     }
     return dict(json.loads(json.dumps(payload, default=str)))
+
+
+def write_failure(line: str, *, permanent: bool) -> None:
+    """Where CDC_SUMMARY_PATH says, the failure's one line and whether a retry would fail the
+    same way (the Airflow task fails with that line, once if permanent)."""
+    target = os.environ.get("CDC_SUMMARY_PATH")
+    if target:
+        Path(target).write_text(json.dumps({"error": line, "permanent": permanent}))
 
 
 def write_summary(report: StepReport) -> bool:

@@ -349,6 +349,8 @@ def test_cdc_tables_view_needs_login_and_shows_each_table(
         (r for r in finished if r["state"] == "success"),
         key=lambda r: datetime.fromisoformat(r["data_interval_end"]),
     )
+    # The view's last run is the one that started last, whatever its interval and state.
+    latest = max(finished, key=lambda r: datetime.fromisoformat(r["start_date"]))
     # Not logged in: the JSON is refused and the page sends to Airflow's login.
     with pytest.raises(urllib.error.HTTPError) as refused:
         urllib.request.urlopen(f"{env.url}/cdc-tables/api/tables", timeout=30)
@@ -400,12 +402,13 @@ def test_cdc_tables_view_needs_login_and_shows_each_table(
         assert "every landed file applied" in texts[1]
         assert "late" not in (cells[1].get_attribute("class") or "")
         assert texts[2].startswith(f"[{start:%Y-%m-%d %H:%M}, {end:%Y-%m-%d %H:%M})")
-        # The last run's counts are its steps' XCom (asked here through the REST API).
+        # The last run's state and counts (its steps' XCom, asked here through the REST API).
+        assert texts[3].startswith(latest["state"]), (latest, texts[3])
         counts = {}
         for task in ("overwrite_final", "stage"):  # stage's `files` wins, as in the view
             entry = env.api(
                 "GET",
-                f"/dags/cdc_t_backfill/dagRuns/{newest['dag_run_id']}/taskInstances/{task}"
+                f"/dags/cdc_t_backfill/dagRuns/{latest['dag_run_id']}/taskInstances/{task}"
                 "/xcomEntries/return_value",
             )
             value = (
@@ -419,7 +422,7 @@ def test_cdc_tables_view_needs_login_and_shows_each_table(
             "rows_written": "written",
         }
         shown = [f"{label} {counts[key]}" for key, label in labels.items() if key in counts]
-        print(f"\nnewest run {newest['dag_run_id']}: counts {counts}; cell {texts[3]!r}")
+        print(f"\nlatest run {latest['dag_run_id']}: counts {counts}; cell {texts[3]!r}")
         assert shown and all(part in texts[3] for part in shown), (shown, texts[3])
         # Sparklines of the finished runs (inline SVG), quarantine growth, the final table.
         for column in ("spark-rows", "spark-seconds", "quarantine"):

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -134,6 +135,25 @@ def alerts_of(path: Path, table: str) -> list[dict[str, Any]]:
     return [r for r in records if r["table"] == table]
 
 
+def view_runs(env: OpsAirflow, dag_id: str) -> list[dict[str, Any]]:
+    """The runs the CDC tables view reads for a DAG (its recent_runs, as JSON)."""
+    code = (
+        "import json, sys\n"
+        "from cdc_airflow.table_status import _run_dict, recent_runs\n"
+        f"print(json.dumps([_run_dict(r) for r in recent_runs([{dag_id!r}])[{dag_id!r}]]))\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code],
+        env=env.environment(),
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=True,
+    )
+    runs: list[dict[str, Any]] = json.loads(result.stdout.strip().splitlines()[-1])
+    return runs
+
+
 def test_a_failed_step_and_a_quarantine_past_its_limit_reach_the_notifier(
     ops: tuple[OpsAirflow, Workspace, Path],
 ) -> None:
@@ -167,6 +187,15 @@ def test_a_failed_step_and_a_quarantine_past_its_limit_reach_the_notifier(
         "cdc_o_fail",
     )
     assert "no flag column FLAG" in failed["message"]
+    # The CDC tables view's data: the failed run with its failed task and the step's own line
+    # (from the spark-submit child), read from this Airflow's metadata DB.
+    (viewed,) = view_runs(env, "cdc_o_fail")
+    assert viewed["state"] == "failed" and viewed["started"] is not None
+    [stage_failure] = viewed["failures"]  # not the tasks after it (upstream_failed)
+    print(f"\nthe view's failure of o_fail: {stage_failure}")
+    assert stage_failure["task_id"] == "stage"
+    assert stage_failure["reason"].startswith("error: stage o_fail: ")
+    assert "no flag column FLAG" in stage_failure["reason"]
 
     # One alert for the quarantine: the failure it causes is not announced a second time.
     (quarantine,) = alerts_of(alerts, "o_quarantine")

@@ -88,13 +88,31 @@ def test_run_point_reads_the_counts_from_the_steps_xcom_as_json_or_text() -> Non
         (datetime(2024, 3, 1, 10, 0, 5), datetime(2024, 3, 1, 10, 1, 35)),  # naive = UTC
         {"stage": json.dumps(stage), "overwrite_final": final},
     )
-    assert point == RunPoint("r1", "success", at(9), at(10), 90.0, 2, 7, 5, 2, 5, 40, 3)
-    failed = run_point("r2", "failed", (at(10), at(11)), (at(11), None), {"stage": "not json"})
-    assert failed == RunPoint("r2", "failed", at(10), at(11), None)
+    started = datetime(2024, 3, 1, 10, 0, 5, tzinfo=UTC)
+    assert point == RunPoint(
+        "r1", "success", at(9), at(10), 90.0, 2, 7, 5, 2, 5, 40, 3, started=started
+    )
+    failed = run_point(
+        "r2",
+        "failed",
+        (at(10), at(11)),
+        (at(11), None),
+        {"stage": "not json"},
+        [("stage", "error: stage t: schema refused")],
+    )
+    assert failed == RunPoint(
+        "r2",
+        "failed",
+        at(10),
+        at(11),
+        None,
+        started=at(11),
+        failures=(("stage", "error: stage t: schema refused"),),
+    )
     # An interval without files: the steps report a no-op, which reads and stages nothing.
     noop = {"counts": {"noop": "true", "files": 0}}
     empty = run_point("r3", "success", (at(11), at(12)), (at(12), at(12, 1)), {"stage": noop})
-    assert empty == RunPoint("r3", "success", at(11), at(12), 60.0, 0, 0, 0, 0)
+    assert empty == RunPoint("r3", "success", at(11), at(12), 60.0, 0, 0, 0, 0, started=at(12))
 
 
 def test_read_check_gives_ok_the_first_breach_or_says_the_file_is_unreadable(
@@ -168,7 +186,7 @@ def test_table_status_combines_runs_delta_logs_and_the_check(delta_tables: Path)
 def test_sparkline_scales_values_into_the_box_and_marks_missing_ones() -> None:
     svg = view.sparkline([0.0, None, 10.0, 5.0], width=30, height=24)
     assert '<polyline points="0.0,22.0 20.0,2.0 30.0,12.0"/>' in svg
-    assert '<rect class="failed" x="9.0" y="20"' in svg
+    assert '<rect class="failed" x="8.0" y="0" width="4" height="24"/>' in svg
     assert "<script" not in svg and "http" not in svg.replace("http://www.w3.org/2000/svg", "")
     assert view.sparkline([None, None]) == '<span class="muted">no runs</span>'
 
@@ -205,6 +223,7 @@ def client(delta_tables: Path, monkeypatch: pytest.MonkeyPatch) -> TestClient:
     monkeypatch.setattr(
         table_status, "recent_runs", lambda dag_ids: {"cdc_alpha": history(), "cdc_beta": []}
     )
+    monkeypatch.setattr(table_status, "paused_dags", lambda dag_ids: set())
     monkeypatch.setattr(view, "utc_now", lambda: NOW)
     parent = FastAPI()
     parent.mount("/cdc-tables", view.app)
@@ -302,3 +321,54 @@ def test_handlers_that_read_files_and_the_db_run_in_the_thread_pool() -> None:
 
     assert not inspect.iscoroutinefunction(view.tables_page)
     assert not inspect.iscoroutinefunction(view.tables_json)
+
+
+def test_the_last_run_whatever_its_state_paused_dags_and_a_quarantine_rate_past_its_limit(
+    client: TestClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """What an on-call engineer needs first: the run that failed (its task, reason and log),
+    the run going on now, a paused DAG, quarantine as a rate against the row's limit."""
+    failed = RunPoint(
+        "manual__4",
+        "failed",
+        at(10),
+        at(11),
+        20.0,
+        1,
+        5,
+        2,
+        3,
+        started=at(11, 2),
+        failures=(("overwrite_final", "error: overwrite-final alpha: TableDamagedError: x"),),
+    )
+    running = RunPoint("scheduled__5", "running", at(11), at(12), None, started=at(12, 1))
+    runs = {"cdc_alpha": [*history(), failed], "cdc_beta": [*history(), running]}
+    monkeypatch.setattr(table_status, "recent_runs", lambda dag_ids: runs)
+    monkeypatch.setattr(table_status, "paused_dags", lambda dag_ids: {"cdc_beta"})
+    monkeypatch.setattr(view, "readable_dag_ids", lambda *_: {"cdc_alpha", "cdc_beta"})
+    config = Path(os.environ["CDC_CONFIG"])
+    rows = yaml.safe_load(config.read_text())["tables"]
+    rows[0]["max_quarantine_fraction"] = 0.05
+    config.write_text(yaml.safe_dump({"tables": rows}))
+    login(SimpleAuthManagerUser(username="v", role="viewer"))
+    page = client.get(PAGE).text
+    assert '<meta http-equiv="refresh" content="60">' in page
+    alpha = page[page.index('id="table-alpha"') : page.index('id="table-beta"')]
+    beta = page[page.index('id="table-beta"') :]
+    last_alpha = alpha.split('class="last-run">')[1].split("</td>")[0]
+    assert last_alpha == (
+        '<span class="state failed">failed</span> '
+        '<a href="../dags/cdc_alpha/runs/manual__4" target="_top">2024-03-01 11:02Z</a><br>'
+        "files 1, read 5, staged 2, quarantined 3 in 20 s<br>"
+        '<a class="bad" href="../dags/cdc_alpha/runs/manual__4/tasks/overwrite_final" '
+        'target="_top">overwrite_final</a>: error: overwrite-final alpha: TableDamagedError: x'
+    )
+    # 5 of the 19 rows read over the 3 finished runs with counts: 26.3%, past 5%: red.
+    assert '<span class="over">26.3% of rows read (limit 5.0%)</span>' in alpha
+    assert "2 failed" in alpha and "paused" not in alpha.split("</td>")[0]
+    assert '<span class="state paused">paused</span>' in beta.split("</td>")[0]
+    assert '<span class="state running">running</span>' in beta
+    # Beta's sparklines hold its 3 finished runs, not the running one.
+    assert "over 3 runs" in beta
+    # One date format in the page: the check's ISO time too.
+    assert "2024-03-01 12:00Z" in alpha and "T12:00:00" not in page
