@@ -305,20 +305,22 @@ def run_point(
     times: tuple[datetime | None, datetime | None],
     xcoms: Mapping[str, Any],
     failures: Sequence[tuple[str, str | None]] = (),
+    started: datetime | None = None,
 ) -> RunPoint:
     """A run and its steps' XCom values (task_id -> return_value) as one point of the history;
-    `times` are its start (or queue time) and end, `failures` its failed tasks and reasons."""
+    `times` its start and end (its duration), `failures` its failed tasks and reasons, `started`
+    when it started or was queued (default: its start)."""
     stage, final = _counts(xcoms.get("stage")), _counts(xcoms.get("overwrite_final"))
     if str(stage.get("noop")).lower() == "true":
         # An interval without landing files: the step did nothing, so nothing was read or staged.
         stage = {"rows_read": 0, "staged": 0, "quarantined": 0, **stage}
-    started, ended = (_utc(t) for t in times)
+    begun, ended = (_utc(t) for t in times)
     return RunPoint(
         run_id=run_id,
         state=state,
         interval_start=_utc(interval[0]),
         interval_end=_utc(interval[1]),
-        seconds=(ended - started).total_seconds() if started and ended else None,
+        seconds=(ended - begun).total_seconds() if begun and ended else None,
         files=_int(stage.get("files")),
         rows_read=_int(stage.get("rows_read")),
         staged=_int(stage.get("staged")),
@@ -326,7 +328,7 @@ def run_point(
         changes=_int(final.get("changes")),
         rows_written=_int(final.get("rows_written")),
         partitions_rewritten=_int(final.get("partitions_rewritten")),
-        started=started,
+        started=_utc(started) or begun,
         failures=tuple(failures),
     )
 
@@ -353,8 +355,10 @@ def recent_runs(dag_ids: Collection[str], limit: int = RECENT_RUNS) -> dict[str,
     from airflow.utils.session import create_session
     from sqlalchemy import func, select
 
-    started = func.coalesce(DagRun.start_date, DagRun.queued_at, DagRun.data_interval_end)
-    rank = func.row_number().over(partition_by=DagRun.dag_id, order_by=started.desc())
+    # A queued run has no start yet; a run `airflow dags test` made has neither.
+    started = func.coalesce(DagRun.start_date, DagRun.queued_at)
+    order = func.coalesce(started, DagRun.data_interval_end)
+    rank = func.row_number().over(partition_by=DagRun.dag_id, order_by=order.desc())
     ranked = (
         select(
             DagRun.id,
@@ -364,6 +368,8 @@ def recent_runs(dag_ids: Collection[str], limit: int = RECENT_RUNS) -> dict[str,
             DagRun.data_interval_start,
             DagRun.data_interval_end,
             started.label("started"),
+            order.label("ordered"),
+            DagRun.start_date,
             DagRun.end_date,
             rank.label("rank"),
         )
@@ -402,16 +408,17 @@ def recent_runs(dag_ids: Collection[str], limit: int = RECENT_RUNS) -> dict[str,
                     failed.setdefault((dag_id, run_id), []).append(task_id)
     result: dict[str, list[RunPoint]] = {d: [] for d in dag_ids}
     for r in sorted(
-        runs, key=lambda r: (r.dag_id, _utc(r.started) or datetime.min.replace(tzinfo=UTC))
+        runs, key=lambda r: (r.dag_id, _utc(r.ordered) or datetime.min.replace(tzinfo=UTC))
     ):
         result[r.dag_id].append(
             run_point(
                 r.run_id,
                 str(r.state),
                 (r.data_interval_start, r.data_interval_end),
-                (r.started, r.end_date),
+                (r.start_date, r.end_date),
                 values.get(r.id, {}),
                 [(t, errors.get((r.id, t))) for t in sorted(failed.get((r.dag_id, r.run_id), []))],
+                started=r.started,
             )
         )
     return result
