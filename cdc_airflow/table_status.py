@@ -349,10 +349,33 @@ def recent_runs(dag_ids: Collection[str], limit: int = RECENT_RUNS) -> dict[str,
     """
     if not dag_ids:
         return {}
-    from airflow.models.dagrun import DagRun
-    from airflow.models.taskinstance import TaskInstance
-    from airflow.models.xcom import XComModel
     from airflow.utils.session import create_session
+
+    with create_session() as session:
+        runs = _ranked_runs(session, dag_ids, limit)
+        values, errors = _step_values(session, [r.id for r in runs])
+        failed = _failed_tasks(session, dag_ids, [r.run_id for r in runs if r.state == "failed"])
+    result: dict[str, list[RunPoint]] = {d: [] for d in dag_ids}
+    for r in sorted(
+        runs, key=lambda r: (r.dag_id, _utc(r.ordered) or datetime.min.replace(tzinfo=UTC))
+    ):
+        result[r.dag_id].append(
+            run_point(
+                r.run_id,
+                str(r.state),
+                (r.data_interval_start, r.data_interval_end),
+                (r.start_date, r.end_date),
+                values.get(r.id, {}),
+                [(t, errors.get((r.id, t))) for t in sorted(failed.get((r.dag_id, r.run_id), []))],
+                started=r.started,
+            )
+        )
+    return result
+
+
+def _ranked_runs(session: Any, dag_ids: Collection[str], limit: int) -> list[Any]:
+    """The last `limit` runs of each DAG, by start (or queue time, or interval end)."""
+    from airflow.models.dagrun import DagRun
     from sqlalchemy import func, select
 
     # A queued run has no start yet; a run `airflow dags test` made has neither.
@@ -376,52 +399,54 @@ def recent_runs(dag_ids: Collection[str], limit: int = RECENT_RUNS) -> dict[str,
         .where(DagRun.dag_id.in_(sorted(dag_ids)))
         .subquery()
     )
+    return list(session.execute(select(ranked).where(ranked.c.rank <= limit)).all())
+
+
+def _step_values(
+    session: Any, run_keys: Sequence[int]
+) -> tuple[dict[int, dict[str, Any]], dict[tuple[int, str], str]]:
+    """The steps' counts (run key -> task id -> return value) and failure reasons."""
+    from airflow.models.xcom import XComModel
+    from sqlalchemy import select
+
     values: dict[int, dict[str, Any]] = {}
     errors: dict[tuple[int, str], str] = {}
-    failed: dict[tuple[str, str], list[str]] = {}
-    with create_session() as session:
-        runs = session.execute(select(ranked).where(ranked.c.rank <= limit)).all()
-        if runs:
-            rows = session.execute(
-                select(
-                    XComModel.dag_run_id, XComModel.task_id, XComModel.key, XComModel.value
-                ).where(
-                    XComModel.dag_run_id.in_([r.id for r in runs]),
-                    XComModel.key.in_(("return_value", ERROR_XCOM)),
-                    XComModel.map_index == -1,
-                )
-            ).all()
-            for run_key, task_id, key, value in rows:
-                if key == ERROR_XCOM:
-                    errors[(run_key, task_id)] = _text_value(value)
-                elif task_id in COUNT_TASKS:
-                    values.setdefault(run_key, {})[task_id] = value
-            failed_runs = [r.run_id for r in runs if r.state == "failed"]
-            if failed_runs:
-                for dag_id, run_id, task_id in session.execute(
-                    select(TaskInstance.dag_id, TaskInstance.run_id, TaskInstance.task_id).where(
-                        TaskInstance.dag_id.in_(sorted(dag_ids)),
-                        TaskInstance.run_id.in_(failed_runs),
-                        TaskInstance.state == "failed",  # not the upstream_failed after it
-                    )
-                ).all():
-                    failed.setdefault((dag_id, run_id), []).append(task_id)
-    result: dict[str, list[RunPoint]] = {d: [] for d in dag_ids}
-    for r in sorted(
-        runs, key=lambda r: (r.dag_id, _utc(r.ordered) or datetime.min.replace(tzinfo=UTC))
-    ):
-        result[r.dag_id].append(
-            run_point(
-                r.run_id,
-                str(r.state),
-                (r.data_interval_start, r.data_interval_end),
-                (r.start_date, r.end_date),
-                values.get(r.id, {}),
-                [(t, errors.get((r.id, t))) for t in sorted(failed.get((r.dag_id, r.run_id), []))],
-                started=r.started,
-            )
+    if not run_keys:
+        return values, errors
+    rows = session.execute(
+        select(XComModel.dag_run_id, XComModel.task_id, XComModel.key, XComModel.value).where(
+            XComModel.dag_run_id.in_(list(run_keys)),
+            XComModel.key.in_(("return_value", ERROR_XCOM)),
+            XComModel.map_index == -1,
         )
-    return result
+    ).all()
+    for run_key, task_id, key, value in rows:
+        if key == ERROR_XCOM:
+            errors[(run_key, task_id)] = _text_value(value)
+        elif task_id in COUNT_TASKS:
+            values.setdefault(run_key, {})[task_id] = value
+    return values, errors
+
+
+def _failed_tasks(
+    session: Any, dag_ids: Collection[str], run_ids: Sequence[str]
+) -> dict[tuple[str, str], list[str]]:
+    """(dag id, run id) -> the tasks that failed (not the upstream_failed after them)."""
+    from airflow.models.taskinstance import TaskInstance
+    from sqlalchemy import select
+
+    failed: dict[tuple[str, str], list[str]] = {}
+    if not run_ids:
+        return failed
+    for dag_id, run_id, task_id in session.execute(
+        select(TaskInstance.dag_id, TaskInstance.run_id, TaskInstance.task_id).where(
+            TaskInstance.dag_id.in_(sorted(dag_ids)),
+            TaskInstance.run_id.in_(list(run_ids)),
+            TaskInstance.state == "failed",
+        )
+    ).all():
+        failed.setdefault((dag_id, run_id), []).append(task_id)
+    return failed
 
 
 def _text_value(value: Any) -> str:
