@@ -355,19 +355,22 @@ def recent_runs(dag_ids: Collection[str], limit: int = RECENT_RUNS) -> dict[str,
         runs = _ranked_runs(session, dag_ids, limit)
         values, errors = _step_values(session, [r.id for r in runs])
         failed = _failed_tasks(session, dag_ids, [r.run_id for r in runs if r.state == "failed"])
+        worked = _task_times(session, dag_ids, [r.run_id for r in runs])
     result: dict[str, list[RunPoint]] = {d: [] for d in dag_ids}
     for r in sorted(
         runs, key=lambda r: (r.dag_id, _utc(r.ordered) or datetime.min.replace(tzinfo=UTC))
     ):
+        # When its tasks ran: `airflow dags test` records the logical date as a run's start.
+        times = worked.get((r.dag_id, r.run_id), (None, None))
         result[r.dag_id].append(
             run_point(
                 r.run_id,
                 str(r.state),
                 (r.data_interval_start, r.data_interval_end),
-                (r.start_date, r.end_date),
+                times,
                 values.get(r.id, {}),
                 [(t, errors.get((r.id, t))) for t in sorted(failed.get((r.dag_id, r.run_id), []))],
-                started=r.started,
+                started=times[0] or r.started,
             )
         )
     return result
@@ -426,6 +429,28 @@ def _step_values(
         elif task_id in COUNT_TASKS:
             values.setdefault(run_key, {})[task_id] = value
     return values, errors
+
+
+def _task_times(
+    session: Any, dag_ids: Collection[str], run_ids: Sequence[str]
+) -> dict[tuple[str, str], tuple[datetime | None, datetime | None]]:
+    """(dag id, run id) -> when its first task started and its last task ended."""
+    from airflow.models.taskinstance import TaskInstance
+    from sqlalchemy import func, select
+
+    if not run_ids:
+        return {}
+    rows = session.execute(
+        select(
+            TaskInstance.dag_id,
+            TaskInstance.run_id,
+            func.min(TaskInstance.start_date),
+            func.max(TaskInstance.end_date),
+        )
+        .where(TaskInstance.dag_id.in_(sorted(dag_ids)), TaskInstance.run_id.in_(list(run_ids)))
+        .group_by(TaskInstance.dag_id, TaskInstance.run_id)
+    ).all()
+    return {(dag_id, run_id): (start, end) for dag_id, run_id, start, end in rows}
 
 
 def _failed_tasks(
