@@ -38,6 +38,7 @@ class Collector:
 
     lines: dict[str, list[str]] = field(default_factory=dict)
     heartbeats: int = 0
+    snapshot_ended: bool = False
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     def add(self, body: str) -> None:
@@ -45,6 +46,8 @@ class Collector:
         payload = value.get("payload", value) if isinstance(value, dict) else None
         source = (payload or {}).get("source") or {}
         with self.lock:
+            if source.get("snapshot") == "last":  # the initial snapshot's last record
+                self.snapshot_ended = True
             if "table" not in source:
                 self.heartbeats += 1
                 return
@@ -129,6 +132,19 @@ def running(pg: Postgres, work: Path, **source: str) -> Iterator[Collector]:
             os.killpg(process.pid, signal.SIGKILL)
             process.wait()
         http.shutdown()
+
+
+def wait_for_snapshot(collector: Collector, log: Path, timeout: float = 120) -> None:
+    """Wait until the connector has sent the last record of its initial snapshot. A marker row
+    written before the snapshot reads its table is itself a snapshot record, sent before the
+    tables that sort after it: waiting for the marker alone can land an unfinished snapshot."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if collector.snapshot_ended:
+            return
+        time.sleep(0.2)
+    tail = log.read_text()[-3000:] if log.exists() else ""
+    raise AssertionError(f"Debezium's snapshot did not end in {timeout:.0f} s:\n{tail}")
 
 
 def wait_for(

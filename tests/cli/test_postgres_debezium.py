@@ -68,6 +68,7 @@ def test_final_and_history_equal_the_source_database(
     log = work / "debezium.log"
     source = {"skipped.operations": "none", "decimal.handling.mode": "string"}
     for collector in debezium.running(pg, work, **source):
+        debezium.wait_for_snapshot(collector, log)
         checkpoint(pg, collector, workspace, 0, log)
         ops = [json.loads(line)["payload"]["op"] for line in landed(workspace, "docs", 0)]
         assert ops and set(ops) == {"r"}, set(ops)  # the snapshot
