@@ -11,7 +11,7 @@ import json
 import logging
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -183,32 +183,23 @@ def _run_dict(run: RunPoint | None) -> dict[str, Any] | None:
     return data
 
 
-def parse_freshness(text: str) -> timedelta:
-    """A `freshness` value (`2h`, `1h30m`, `1d`) as a timedelta; ValueError naming the text."""
-    from cdc_pipeline.durations import parse_duration
-
-    return parse_duration(text)
-
-
-def next_interval_end(schedule: str, after: datetime) -> datetime:
+def next_interval_end(cron: str, after: datetime) -> datetime:
     """The end of the data interval that follows one ending at `after` (the next cron firing)."""
     from croniter import croniter
 
-    from cdc_pipeline.planning import cron_of
-
-    return croniter(cron_of(schedule), after.astimezone(UTC)).get_next(datetime).astimezone(UTC)
+    return croniter(cron, after.astimezone(UTC)).get_next(datetime).astimezone(UTC)
 
 
 def data_freshness_of(
     table: TableConfig, last_success_end: datetime | None, data: DataFreshness
 ) -> Freshness:
     """Freshness by the data: see Freshness."""
-    limit = getattr(table, "freshness", None)
+    limit = table.freshness
     waiting = data.waiting_hours
     behind = waiting if waiting is not None else (0.0 if data.files_applied else None)
     deadline = None
     if limit and data.oldest_waiting is not None:
-        deadline = data.oldest_waiting + parse_freshness(str(limit))
+        deadline = data.oldest_waiting + limit.delta
     overdue = data.files_outside_window > 0 or (
         deadline is not None and data.measured_at > deadline
     )
@@ -223,13 +214,13 @@ def freshness_of(table: TableConfig, last_success_end: datetime | None, now: dat
     the table's start date must have.
     """
     behind = None if last_success_end is None else (now - last_success_end).total_seconds() / 3600
-    limit = getattr(table, "freshness", None)
+    limit = table.freshness
     if not limit:
         return Freshness(last_success_end, behind, None, False)
     start = last_success_end or datetime.combine(
         getattr(table, "start_date", now.date()), datetime.min.time(), UTC
     )
-    deadline = next_interval_end(table.schedule, start) + parse_freshness(str(limit))
+    deadline = next_interval_end(table.schedule.cron, start) + limit.delta
     return Freshness(last_success_end, behind, deadline, now > deadline)
 
 

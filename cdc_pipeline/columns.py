@@ -23,7 +23,7 @@ REASON = "_cdc_reason"
 RAW = "_cdc_raw"
 FORMAT_ERROR = "_cdc_format_error"  # while reading: the line's own problem, if any
 
-# The event formats' columns (config FORMAT_COLUMNS): source time, positions, the event's op.
+# The event formats' columns (cdc_pipeline/config/formats.py FORMAT_COLUMNS): source time, positions, the event's op.
 SOURCE_TS_MS = "_cdc_source_ts_ms"
 LSN = "_cdc_lsn"
 BINLOG_FILE = "_cdc_binlog_file"

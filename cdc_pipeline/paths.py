@@ -1,4 +1,4 @@
-"""Where a table's landing files and Delta tables live."""
+"""Where things live: the repository, the config file, a table's landing files and Delta tables."""
 
 from __future__ import annotations
 
@@ -6,7 +6,24 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from cdc_pipeline.config import project_root
+
+def project_root() -> Path:
+    """The repository root (the folder holding config/ and dags/)."""
+    return Path(__file__).resolve().parent.parent
+
+
+def default_config_path() -> Path:
+    """`CDC_CONFIG`, else config/tables.yaml under the project root."""
+    env = os.environ.get("CDC_CONFIG")
+    return Path(env) if env else project_root() / "config" / "tables.yaml"
+
+
+def display_path(path: Path) -> str:
+    """`path` relative to the working directory when it is under it (as users typed it)."""
+    try:
+        return str(path.resolve().relative_to(Path.cwd().resolve()))
+    except ValueError:
+        return str(path)
 
 
 def landing_root() -> Path:

@@ -8,7 +8,6 @@ from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 
 from cdc_pipeline.config import TableConfig
-from cdc_pipeline.durations import parse_duration
 
 # One preset table and one cron check for validation, DAGs and cadences (re-exported here).
 from cdc_pipeline.schedules import PRESETS, cron_of, is_due  # noqa: F401
@@ -99,7 +98,7 @@ def plan_table_dag(table: TableConfig) -> DagPlan:
         f"Config row:\n\n```json\n{row}\n```\n"
     )
     asset_uri = table_asset_uri(table.name)
-    timeout = parse_duration(table.execution_timeout)
+    timeout = table.execution_timeout.delta
     with_operations = tuple(
         replace(
             task,
@@ -121,8 +120,8 @@ def plan_table_dag(table: TableConfig) -> DagPlan:
         doc_md=doc,
         conn_id=table.spark_conn_id,
         description=table.description or f"CDC of {table.name} into Delta Lake",
-        dagrun_timeout=parse_duration(table.dagrun_timeout),
-        freshness=parse_duration(table.freshness) if table.freshness else None,
+        dagrun_timeout=table.dagrun_timeout.delta,
+        freshness=table.freshness.delta if table.freshness else None,
         notify=tuple(table.notify),
         max_quarantine_fraction=table.max_quarantine_fraction,
         quarantine_action=table.quarantine_action,

@@ -28,6 +28,7 @@ from cdc_pipeline.config import (
     NAME_PATTERN,
     ColumnList,
     ColumnTypes,
+    Duration,
     Schedule,
     TableConfig,
     project_root,
@@ -120,16 +121,13 @@ SEE_ALSO: dict[str, list[tuple[str, str]]] = {
         )
     },
 }
-# Text fields whose validator reads them as a duration (the type column says so).
-DURATION_FIELDS = frozenset(
-    {"execution_timeout", "dagrun_timeout", "freshness", "max_sequence_ahead"}
-)
 # The config's reusable validated types, by the words the page uses for them.
 NAMED_TYPES: tuple[tuple[Any, str], ...] = (
     (ColumnList, "list of column names"),
     (ColumnTypes, "mapping column -> Spark SQL type"),
-    (Schedule, "cron or preset"),
 )
+# The config's value types (text as written, read once into a value), by the page's words.
+VALUE_TYPES: dict[Any, str] = {Duration: "duration", Schedule: "cron or preset"}
 PATTERN_WORDS = {
     NAME_PATTERN: "lower-case letters, digits and _, starting with a letter",
     COLUMN_PATTERN: "letters, digits and _, not starting with a digit",
@@ -166,7 +164,8 @@ def describe_type(annotation: Any, metadata: Sequence[Any] = ()) -> str:
     if origin is dict:
         key, value = get_args(annotation)
         return f"mapping {describe_type(key)} -> {describe_type(value)}"
-    return {str: "text", bool: "true or false", int: "integer", float: "number", date: "date"}.get(
+    plain = {str: "text", bool: "true or false", int: "integer", float: "number", date: "date"}
+    return {**plain, **VALUE_TYPES}.get(
         annotation, getattr(annotation, "__name__", str(annotation))
     )
 
@@ -243,8 +242,6 @@ def render() -> str:
     rows = ["| field | type | default | description |", "|---|---|---|---|"]
     for name, info in TableConfig.model_fields.items():
         kind = describe_type(info.annotation, info.metadata)
-        if name in DURATION_FIELDS:
-            kind = kind.replace("text", "duration", 1)
         description = info.description or ""
         links = ", ".join(f"[{title}]({target})" for title, target in SEE_ALSO.get(name, []))
         if links:

@@ -318,7 +318,9 @@ def interval_has_work(paths: TablePaths, table: TableConfig, interval: Interval)
     from spark_jobs import applied, delta
     from spark_jobs.landing import list_landing, listing_interval, read_ledger, unknown_files
 
-    window = listing_interval(interval, table.late_arrival, table.change_format == "snapshot")
+    window = listing_interval(
+        interval, table.late_arrival_window.delta, table.change_format == "snapshot"
+    )
     listing = list_landing(paths, window, table.file_format)
     if listing.links:
         return True

@@ -77,7 +77,9 @@ def data_freshness(
     now = now or datetime.now(UTC)
     is_extract = table.change_format == "snapshot"
     end = now.replace(minute=0, second=0, microsecond=0) + HOUR  # the current hour is listed
-    window = landing.listing_interval(Interval(end - HOUR, end), table.late_arrival, is_extract)
+    window = landing.listing_interval(
+        Interval(end - HOUR, end), table.late_arrival_window.delta, is_extract
+    )
     ledger = landing.read_ledger(delta.arrow_table_rows(paths.ledger))
     listed = landing.list_landing(paths, window, table.file_format).files
     not_staged = landing.unknown_files(listed, ledger)

@@ -23,7 +23,6 @@ from cdc_pipeline.columns import RAW as RAW
 from cdc_pipeline.columns import REASON as REASON
 from cdc_pipeline.columns import ROW as ROW
 from cdc_pipeline.config import EVENT_FORMATS, TableConfig
-from cdc_pipeline.durations import parse_duration
 from cdc_pipeline.schema import normalize_type
 
 VALID_FLAGS = ("I", "U", "D")
@@ -300,10 +299,9 @@ def _sequence_checks(
                 )
             )
     if table.max_sequence_ahead is not None:
-        bound = table.max_sequence_ahead
         staged_at = now or datetime.now(UTC)
         # A literal, not current_timestamp(): every action over the rows sees the same limit.
-        limit = staged_at + parse_duration(bound)
+        limit = staged_at + table.max_sequence_ahead.delta
         for column in table.sequence_by:
             ahead = _ahead_of(F.col(column), column_types.get(column, ""), column, limit)
             if ahead is not None:
@@ -313,7 +311,7 @@ def _sequence_checks(
                         _value_reason(
                             "sequence value too far ahead",
                             column,
-                            f"is more than max_sequence_ahead {bound} after the stage "
+                            f"is more than max_sequence_ahead {table.max_sequence_ahead} after the stage "
                             f"run at {staged_at:%Y-%m-%d %H:%M:%S} UTC",
                         ),
                     )
