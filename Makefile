@@ -4,6 +4,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 JARS_STAMP := jars/.fetched
 DEBEZIUM_STAMP := .tools/debezium-server/.fetched
+MOTO_STAMP := .tools/moto/.installed
 
 .PHONY: install demo test lint typecheck clean system airflow bench bench-smoke bench-cycle
 
@@ -37,12 +38,11 @@ $(STAMP): pyproject.toml docker/constraints.txt | system
 	$(BIN)/python -m pip check
 	@touch $(STAMP)
 
-# The Spark jars (Delta Lake's reader and catalog), pinned in docker/jars-pom.xml, copied into
-# jars/ once; Spark never resolves packages at run time.
+# The Spark jars (Delta Lake's reader and catalog; S3A and the AWS SDK modules it needs), pinned
+# in docker/jars-pom.xml, copied into jars/ once; Spark never resolves packages at run time.
 $(JARS_STAMP): docker/jars-pom.xml | system
-	mkdir -p jars
-	mvn -q -B -f docker/jars-pom.xml dependency:copy-dependencies -DexcludeTransitive=true \
-	  -DoutputDirectory=$(CURDIR)/jars
+	rm -rf jars && mkdir -p jars
+	mvn -q -B -f docker/jars-pom.xml dependency:copy-dependencies -DoutputDirectory=$(CURDIR)/jars
 	@touch $(JARS_STAMP)
 
 # Debezium Server for the real-source tests (docker/debezium-pom.xml), unpacked once.
@@ -51,6 +51,12 @@ $(DEBEZIUM_STAMP): docker/debezium-pom.xml | system
 	mvn -q -B -f docker/debezium-pom.xml dependency:unpack-dependencies -DincludeTypes=tar.gz \
 	  -DoutputDirectory=$(CURDIR)/.tools
 	@touch $(DEBEZIUM_STAMP)
+
+# moto's standalone S3 server for the object-storage tests, in a venv of its own.
+$(MOTO_STAMP): docker/moto-requirements.txt
+	rm -rf .tools/moto && $(PY) -m venv .tools/moto
+	.tools/moto/bin/python -m pip install --quiet --no-deps -r docker/moto-requirements.txt
+	@touch $(MOTO_STAMP)
 
 demo: install
 	$(BIN)/cdc demo
@@ -63,7 +69,7 @@ lint: install
 typecheck: install
 	$(BIN)/mypy
 
-test: install lint typecheck $(DEBEZIUM_STAMP)
+test: install lint typecheck $(DEBEZIUM_STAMP) $(MOTO_STAMP)
 	$(BIN)/python -m pytest tests
 	$(MAKE) bench-smoke
 

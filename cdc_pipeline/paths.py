@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass
 from pathlib import Path
+
+from cdc_pipeline.errors import UsageError
 
 
 def project_root() -> Path:
@@ -26,14 +29,30 @@ def display_path(path: Path) -> str:
         return str(path)
 
 
+_URI = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://")
+
+
+def _local_root(variable: str, default: Path) -> Path:
+    text = os.environ.get(variable) or ""
+    if _URI.match(text):
+        # Path("s3://b/x") is the local folder "s3:/b/x": refused, never created.
+        raise UsageError(
+            f"{variable}={text}: the steps keep landing and warehouse on a local or mounted file "
+            "system for now (object storage is read and written by Spark and delta-rs, but "
+            "landing listing and file adoption are local: docs/operations.md); "
+            f"set {variable} to a folder"
+        )
+    return Path(text or default).resolve()
+
+
 def landing_root() -> Path:
     """`CDC_LANDING`, else landing/ under the project root."""
-    return Path(os.environ.get("CDC_LANDING") or project_root() / "landing").resolve()
+    return _local_root("CDC_LANDING", project_root() / "landing")
 
 
 def warehouse_root() -> Path:
     """`CDC_WAREHOUSE`, else warehouse/ under the project root."""
-    return Path(os.environ.get("CDC_WAREHOUSE") or project_root() / "warehouse").resolve()
+    return _local_root("CDC_WAREHOUSE", project_root() / "warehouse")
 
 
 @dataclass(frozen=True)

@@ -15,7 +15,9 @@ from typing import Any, TextIO
 
 from cdc_pipeline import summaries
 from cdc_pipeline.config import load_table_configs
+from cdc_pipeline.errors import UsageError
 from cdc_pipeline.intervals import parse_timestamp
+from cdc_pipeline.paths import landing_root, warehouse_root
 from cdc_pipeline.steps import RUN, STEPS, step_named
 
 JSON = "print the summary as one JSON object on stdout"
@@ -333,6 +335,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     show_warnings_on_stderr()
     parser = build_parser()
     namespace = parser.parse_args(argv)
+    try:  # CDC_LANDING and CDC_WAREHOUSE, checked once before any command reads them
+        landing_root(), warehouse_root()
+    except UsageError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
     if namespace.json:
         return run_as_json(namespace)
     return dispatch(namespace)

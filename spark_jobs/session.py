@@ -15,6 +15,7 @@ from pyspark.sql import SparkSession
 
 from cdc_pipeline.errors import SparkUnavailableError, UsageError
 from cdc_pipeline.jvm import utf8_locale
+from spark_jobs.object_store import s3a_conf
 
 LOG4J_FILE = Path(__file__).with_name("log4j2.properties")
 JARS_DIR = Path(__file__).resolve().parent.parent / "jars"  # filled by `make install`
@@ -131,7 +132,7 @@ def build_classic_session(app_name: str = "cdc", master: str | None = None) -> S
     for key, value in {**static_conf(), **REQUIRED_SQL_CONF}.items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
-    for key, value in REQUIRED_SQL_CONF.items():
+    for key, value in {**REQUIRED_SQL_CONF, **s3a_conf()}.items():
         spark.conf.set(key, value)
     # The JVM's log level is log4j2.properties' (warn): no sparkContext call needed.
     return spark
@@ -156,6 +157,7 @@ def build_connect_session(url: str, app_name: str = "cdc") -> SparkSession:
     for key, value in {
         **REQUIRED_SQL_CONF,
         "spark.sql.shuffle.partitions": shuffle_partitions(),
+        **s3a_conf(),  # where and as whom: this client's environment, not the server's
     }.items():
         session.conf.set(key, value)
     # The app name is the server's; the session says whose it is with tags (job lists, and

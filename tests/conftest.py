@@ -185,3 +185,15 @@ def postgres_server() -> Iterator[Any]:
     if reason:
         pytest.fail(f"PostgreSQL with wal2json cannot run: {reason} (make system installs it)")
     yield from postgres.running(postgres.scratch_root())
+
+
+@pytest.fixture(scope="session")
+def s3_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    """One real S3-compatible server (moto's, tests/s3.py) for the run; each test makes its own
+    bucket."""
+    from tests import s3
+
+    reason = s3.available()
+    if reason:
+        pytest.fail(f"moto's S3 server cannot run: {reason}")
+    yield from s3.running(tmp_path_factory.mktemp("s3") / "moto.log")

@@ -27,11 +27,12 @@ def environment(workspace: Workspace, **extra: str) -> dict[str, str]:
 
 
 def cdc(
-    workspace: Workspace, *args: str, timeout: int = 300, **extra: str
+    workspace: Workspace, *args: str, timeout: int = 300, cwd: str | None = None, **extra: str
 ) -> subprocess.CompletedProcess[str]:
-    """Run `cdc ARGS` to completion."""
+    """Run `cdc ARGS` to completion (in `cwd`, default this process's)."""
     return subprocess.run(
         [str(CDC), *args],
+        cwd=cwd,
         env=environment(workspace, **extra),
         capture_output=True,
         text=True,

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from tests.cli.cdc import cdc, summary
@@ -49,6 +51,33 @@ def test_unknown_table_and_bad_timestamp_fail_with_one_line(workspace: Workspace
     result = cdc(workspace, "run", "t", "--start", "soon", "--end", "2024-01-02")
     assert result.returncode == 2
     assert result.stderr.strip().startswith("error: run: 'soon' is not an ISO 8601 timestamp")
+
+
+def test_an_object_store_uri_as_warehouse_is_refused_not_made_a_local_folder(
+    workspace: Workspace, tmp_path: Path
+) -> None:
+    workspace.configure(TABLE)
+    cwd = tmp_path / "cwd"
+    cwd.mkdir()
+    for variable, uri in [("CDC_WAREHOUSE", "s3://lake/wh"), ("CDC_LANDING", "gs://lake/in")]:
+        result = cdc(
+            workspace,
+            "run",
+            "t",
+            "--start",
+            "2024-01-01",
+            "--end",
+            "2024-01-02",
+            cwd=str(cwd),
+            **{variable: uri},
+        )
+        assert result.returncode == 2, result.stderr
+        assert result.stderr.startswith(
+            f"error: {variable}={uri}: the steps keep landing and "
+            "warehouse on a local or mounted file system for now"
+        )
+        assert result.stdout == ""
+    assert list(cwd.iterdir()) == []  # no folder named "s3:" or "gs:"
 
 
 def test_vacuum_below_a_week_needs_force(workspace: Workspace) -> None:
