@@ -1,7 +1,8 @@
 """What the "CDC tables" view shows per table: freshness, recent runs, Delta metadata, the last check.
 
-Reads only Delta logs (delta-rs), the `cdc check` result file and the Airflow metadata DB (runs
-and their XCom counts): no table data, no Spark. Every function here blocks (files, DB): call
+Reads Delta logs (delta-rs, and final's newest commit files), the `cdc check` result file, the
+Airflow metadata DB (runs and their XCom counts) and of table data only the quarantine's reason
+column (of its newest files): no Spark. Every function here blocks (files, DB): call
 it from a thread, never from an event loop.
 """
 
@@ -9,13 +10,15 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
+from urllib.parse import unquote
 
-from cdc_pipeline.columns import CHECK_FILE
+from cdc_pipeline.columns import CHECK_FILE, REASON
 from cdc_pipeline.config import TableConfig, load_table_configs
 from cdc_pipeline.paths import TablePaths
 from cdc_pipeline.steps import ERROR_XCOM, count_task_ids
@@ -27,6 +30,9 @@ RECENT_RUNS = 20  # runs per table in the sparklines and the quarantine growth
 COUNT_TASKS = count_task_ids()  # their XCom return_value holds the step's counts
 TIME_FORMAT = "%Y-%m-%d %H:%MZ"  # the one date format of the view
 FINISHED = ("success", "failed")
+RECENT_COMMITS = 5  # final's commits in the timeline
+TOP_REASONS = 3
+REASON_ROWS = 100_000  # the quarantine's newest rows whose reasons are counted
 
 
 @dataclass(frozen=True)
@@ -87,6 +93,30 @@ class Freshness:
 
 
 @dataclass(frozen=True)
+class Commit:
+    """One commit of a table's log, as the timeline shows it."""
+
+    version: int
+    at: datetime
+    operation: str  # the cdc step that committed it, else Delta's operation name
+    files_added: int | None = None  # None: the commit's file is gone (log retention)
+    files_removed: int | None = None
+    rows_added: int | None = None
+    seconds: float | None = None  # from the step attempt's start (its run id) to the commit
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "version": self.version,
+            "at": _iso(self.at),
+            "operation": self.operation,
+            "files_added": self.files_added,
+            "files_removed": self.files_removed,
+            "rows_added": self.rows_added,
+            "seconds": self.seconds,
+        }
+
+
+@dataclass(frozen=True)
 class TableStatus:
     """One row of the view."""
 
@@ -108,6 +138,8 @@ class TableStatus:
     problem: str | None = None  # what of the table could not be read (its row still shows)
     paused: bool = False  # its DAG is paused: no run starts
     max_quarantine_fraction: float | None = None
+    top_reasons: list[tuple[str, int]] = field(default_factory=list)  # of the newest rows held
+    commits: list[Commit] = field(default_factory=list)  # final's newest commits, newest first
 
     @property
     def quarantine_growth(self) -> int | None:
@@ -151,6 +183,8 @@ class TableStatus:
             "quarantine_rate": self.quarantine_rate,
             "max_quarantine_fraction": self.max_quarantine_fraction,
             "quarantine_over_limit": self.quarantine_over_limit,
+            "top_reasons": [{"reason": r, "rows": n} for r, n in self.top_reasons],
+            "commits": [c.as_dict() for c in self.commits],
             "final_version": self.final_version,
             "final_rows": self.final_rows,
             "staging_rows": self.staging_rows,
@@ -268,6 +302,93 @@ def _last(table: Any, match: Any) -> str | None:
         if match(entry):
             return datetime.fromtimestamp(int(entry["timestamp"]) / 1000, UTC).strftime(TIME_FORMAT)
     return None
+
+
+# A reason quotes the refused value (`unparsable value in AMOUNT: 'x1' is not a valid ...`):
+# reasons are counted with the quoted text left out, so one cause is one line.
+_QUOTED = re.compile(r"'.*'")
+
+
+def reason_kind(reason: str) -> str:
+    """`reason` with its quoted value replaced by `'…'`."""
+    return _QUOTED.sub("'…'", reason, count=1)
+
+
+def top_reasons(
+    table: Any, root: Path, limit: int = TOP_REASONS, max_rows: int = REASON_ROWS
+) -> list[tuple[str, int]]:
+    """The most frequent reasons among the quarantine's newest rows (files newest first, until
+    `max_rows`), most frequent first: only the reason column is read."""
+    if table is None:
+        return []
+    import pyarrow as pa
+    import pyarrow.dataset as ds
+
+    actions = pa.table(table.get_add_actions(flatten=True)).to_pylist()
+    actions.sort(key=lambda a: a.get("modification_time") or 0, reverse=True)
+    chosen, rows = [], 0
+    for action in actions:
+        if rows >= max_rows:
+            break
+        chosen.append(str(root / unquote(action["path"])))
+        rows += int(action.get("num_records") or 0)
+    if not chosen:
+        return []
+    column = ds.dataset(chosen, format="parquet").to_table(columns=[REASON]).column(REASON)
+    counts: dict[str, int] = {}
+    for value in column.to_pylist():
+        if value is not None:
+            kind = reason_kind(str(value))
+            counts[kind] = counts.get(kind, 0) + 1
+    return sorted(counts.items(), key=lambda item: (-item[1], item[0]))[:limit]
+
+
+def recent_commits(table: Any, root: Path, limit: int = RECENT_COMMITS) -> list[Commit]:
+    """The table's newest commits, newest first: who committed, when, files and rows added,
+    files removed (from each commit's own log file, when it is still there)."""
+    if table is None:
+        return []
+    commits = []
+    for entry in table.history(limit=limit):
+        version = int(entry["version"])
+        at = datetime.fromtimestamp(int(entry["timestamp"]) / 1000, UTC)
+        added = removed = rows = None
+        try:
+            text = (root / "_delta_log" / f"{version:020d}.json").read_text()
+        except OSError:
+            text = None
+        if text is not None:
+            added = removed = rows = 0
+            for line in text.splitlines():
+                action = json.loads(line) if line.strip() else {}
+                if "add" in action:
+                    added += 1
+                    stats = json.loads(action["add"].get("stats") or "{}")
+                    rows += int(stats.get("numRecords") or 0)
+                elif "remove" in action:
+                    removed += 1
+        commits.append(
+            Commit(
+                version=version,
+                at=at,
+                operation=str(entry.get("cdc_step") or entry.get("operation") or "?"),
+                files_added=added,
+                files_removed=removed,
+                rows_added=rows,
+                seconds=_attempt_seconds(entry.get("cdc_run_id"), at),
+            )
+        )
+    return commits
+
+
+def _attempt_seconds(run_id: Any, at: datetime) -> float | None:
+    """Seconds from the step attempt's start (its run id begins with it) to its commit."""
+    try:
+        started = datetime.strptime(str(run_id)[:15], "%Y%m%dT%H%M%S").replace(tzinfo=UTC)
+    except ValueError:
+        return None
+    seconds = (at - started).total_seconds()
+    return seconds if seconds >= 0 else None
 
 
 def _counts(value: Any) -> dict[str, Any]:
@@ -512,21 +633,6 @@ def table_status(
         log.exception("table %s: freshness by data unreadable", table.name)
         freshness = freshness_of(table, last_end, now)
     problems: list[str] = []
-
-    def opened(path: Path) -> Any:
-        # One damaged table is this row's problem, never the page's.
-        try:
-            return _table(path)
-        except Exception as error:
-            text = str(error).strip().splitlines()[0] if str(error).strip() else ""
-            problems.append(f"{path.name} unreadable: {type(error).__name__}: {text}")
-            return None
-
-    final, staging, quarantine = (
-        opened(paths.final),
-        opened(paths.staging),
-        opened(paths.quarantine),
-    )
     return TableStatus(
         name=table.name,
         dag_id=table.dag_id,
@@ -539,16 +645,51 @@ def table_status(
         runs=list(runs),
         paused=paused,
         max_quarantine_fraction=table.max_quarantine_fraction,
-        final_version=final.version() if final is not None else None,
-        final_rows=_rows(final),
-        staging_rows=_rows(staging),
-        quarantined_rows=_rows(quarantine),
-        last_optimize=_last(final, lambda e: e.get("operation") == "OPTIMIZE"),
-        last_vacuum=_last(final, lambda e: e.get("operation") == "VACUUM END"),
-        last_reset=_last(staging, lambda e: e.get("cdc_step") == "reset_staging"),
         check=read_check(paths.table_root),
+        **_delta_facts(paths, problems),
         problem="; ".join(problems) or None,
     )
+
+
+def _delta_facts(paths: TablePaths, problems: list[str]) -> dict[str, Any]:
+    """What the row shows of the table's Delta tables; what cannot be read goes to `problems`
+    (one damaged table is this row's problem, never the page's)."""
+
+    def opened(path: Path) -> Any:
+        return _or_problem(lambda: _table(path), f"{path.name}", problems)
+
+    final, staging, quarantine = (
+        opened(paths.final),
+        opened(paths.staging),
+        opened(paths.quarantine),
+    )
+    return {
+        "final_version": final.version() if final is not None else None,
+        "final_rows": _rows(final),
+        "staging_rows": _rows(staging),
+        "quarantined_rows": _rows(quarantine),
+        "last_optimize": _last(final, lambda e: e.get("operation") == "OPTIMIZE"),
+        "last_vacuum": _last(final, lambda e: e.get("operation") == "VACUUM END"),
+        "last_reset": _last(staging, lambda e: e.get("cdc_step") == "reset_staging"),
+        "top_reasons": _or_problem(
+            lambda: top_reasons(quarantine, paths.quarantine), "quarantine reasons", problems
+        )
+        or [],
+        "commits": _or_problem(
+            lambda: recent_commits(final, paths.final), "final's commits", problems
+        )
+        or [],
+    }
+
+
+def _or_problem(read: Any, what: str, problems: list[str]) -> Any:
+    """`read()`, or None with the reason in `problems` (the row shows it; the page lives)."""
+    try:
+        return read()
+    except Exception as error:
+        text = str(error).strip().splitlines()[0] if str(error).strip() else ""
+        problems.append(f"{what} unreadable: {type(error).__name__}: {text}")
+        return None
 
 
 def all_table_status(

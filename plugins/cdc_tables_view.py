@@ -2,8 +2,9 @@
 
 Per table: how far behind it is (red past its `freshness` deadline), the last run whatever its
 state (a failed one with its failed tasks, their one-line reasons and links to their logs), the
-quarantine rate against `max_quarantine_fraction`, rows and run time of the recent runs as inline
-SVG sparklines, the latest `cdc check`, whether the DAG is paused, and links into the DAG. The
+quarantine rate against `max_quarantine_fraction` and its top reasons, rows and run time of the
+recent runs as inline SVG sparklines, final's newest commits (a timeline: step, files, rows,
+time), the latest `cdc check`, whether the DAG is paused, and links into the DAG. The
 page reloads itself every minute. Links are relative to the page, so the view also works when
 Airflow is served under a sub-path. The handlers that read Delta logs and the metadata DB are
 plain `def`s: FastAPI runs them in its thread pool, off the api-server's event loop.
@@ -23,7 +24,7 @@ from fastapi import Depends, FastAPI, HTTPException, Request
 from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
 from fastapi.security import HTTPAuthorizationCredentials
 
-from cdc_airflow.table_status import TIME_FORMAT, RunPoint, TableStatus, all_table_status
+from cdc_airflow.table_status import TIME_FORMAT, Commit, RunPoint, TableStatus, all_table_status
 
 PREFIX = "/cdc-tables"
 REFRESH_SECONDS = 60
@@ -128,6 +129,10 @@ a{color:#1f6fd1}
 .state.running,.state.queued{background:#e3edfb;color:#1f4f99}
 .state.paused{background:#eee;color:#555}
 .over{background:#fde2e1;color:#a40000;font-weight:600}
+ul.reasons,ul.commits{margin:.2em 0 0;padding-left:1.1em;font-size:.85em}
+ul.commits{list-style:none;padding-left:0;margin:0}
+ul.commits li{margin-bottom:.25em}
+td.commits{min-width:15em;max-width:20em}
 """
 HEADERS = [
     "Table",
@@ -138,6 +143,7 @@ HEADERS = [
     "Run time (runs)",
     "Quarantine (runs)",
     "Final",
+    "Final's commits",
     "Check",
     "Maintenance",
 ]
@@ -281,6 +287,38 @@ def _quarantine(status: TableStatus) -> str:
     return f'{text}<br><span class="{css}">{rate:.1%} of rows read{limit_text}</span>'
 
 
+REASON_CHARS = 90
+
+
+def _reasons(status: TableStatus) -> str:
+    """The most frequent reasons among the rows held (quoted values left out), long ones cut
+    with the whole text as the tooltip."""
+    if not status.top_reasons:
+        return ""
+    items = []
+    for reason, rows in status.top_reasons:
+        short = reason if len(reason) <= REASON_CHARS else reason[: REASON_CHARS - 1] + "…"
+        items.append(f'<li title="{_text(reason)}">{rows:,} rows: {_text(short)}</li>')
+    return f'<ul class="reasons">{"".join(items)}</ul>'
+
+
+def _commit(commit: Commit) -> str:
+    files = (
+        ""
+        if commit.files_added is None
+        else f", +{commit.files_added} -{commit.files_removed} files, {commit.rows_added:,} rows"
+    )
+    took = "" if commit.seconds is None else f", {commit.seconds:.0f}&nbsp;s"
+    return f"<li>v{commit.version} {_text(_when(commit.at))} {_text(commit.operation)}{files}{took}</li>"
+
+
+def _commits(status: TableStatus) -> str:
+    """Final's newest commits, newest first, like Hudi's timeline."""
+    if not status.commits:
+        return '<span class="muted">none</span>'
+    return f'<ul class="commits">{"".join(_commit(c) for c in status.commits)}</ul>'
+
+
 def _final(status: TableStatus) -> str:
     if status.final_rows is None:
         return '<span class="muted">no table yet</span>'
@@ -313,8 +351,10 @@ def render_row(status: TableStatus, root: str) -> str:
         f'<td class="last-run">{_last_run(status.last_run, dag)}</td>',
         f'<td class="spark-rows">{sparkline(staged)}{_latest(staged, "")}</td>',
         f'<td class="spark-seconds">{sparkline(seconds)}{_latest(seconds, " s")}</td>',
-        f'<td class="quarantine">{sparkline(quarantined)}<br>{_quarantine(status)}</td>',
+        f'<td class="quarantine">{sparkline(quarantined)}<br>{_quarantine(status)}'
+        f"{_reasons(status)}</td>",
         f'<td class="num">{_final(status)}</td>',
+        f'<td class="commits">{_commits(status)}</td>',
         f'<td class="check">{_check(status)}</td>',
         f'<td class="muted">optimize {_text(status.last_optimize or "-")}<br>'
         f"vacuum {_text(status.last_vacuum or '-')}<br>reset {_text(status.last_reset or '-')}</td>",

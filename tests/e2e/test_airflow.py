@@ -433,12 +433,19 @@ def test_cdc_tables_view_needs_login_and_shows_each_table(
         assert f"+0 over {len(finished)} runs" in texts[6]
         assert texts[7].startswith(f"{len(table_rows(final, ['ID']))} rows")
         assert f"v{DeltaTable(str(final)).version()}," in texts[7]
+        # Final's timeline: its newest commits, newest first, with the step that made each.
+        newest_commits = DeltaTable(str(final)).history(limit=5)
+        timeline = texts[8].splitlines()
+        assert len(timeline) == len(newest_commits), timeline
+        for line, entry in zip(timeline, newest_commits, strict=True):
+            step = entry.get("cdc_step") or entry["operation"]
+            assert line.startswith(f"v{entry['version']} ") and f" {step}, +" in line, line
         check_file = ws.paths("t_backfill").table_root / "_cdc_check.json"
         if check_file.exists():  # the DAG's check task writes it
             check = json.loads(check_file.read_text())
-            assert texts[8].startswith("ok" if check["ok"] else f"breach: {check['breaches'][0]}")
+            assert texts[9].startswith("ok" if check["ok"] else f"breach: {check['breaches'][0]}")
         else:
-            assert texts[8] == "not checked"
+            assert texts[9] == "not checked"
         # Links are relative to the page (so a sub-path deployment works) and lead to the DAG.
         link = driver.find_element(By.CSS_SELECTOR, "#table-t_backfill a")
         assert link.get_dom_attribute("href") == "../dags/cdc_t_backfill"

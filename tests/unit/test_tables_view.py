@@ -372,3 +372,65 @@ def test_the_last_run_whatever_its_state_paused_dags_and_a_quarantine_rate_past_
     assert "over 3 runs" in beta
     # One date format in the page: the check's ISO time too.
     assert "2024-03-01 12:00Z" in alpha and "T12:00:00" not in page
+
+
+def test_top_quarantine_reasons_leave_out_the_values_and_final_commits_form_a_timeline(
+    tables: Path,
+) -> None:
+    """The quarantine's reasons counted by cause (its quoted value left out), most frequent
+    first; final's newest commits with the step, files added and removed, rows added and the
+    attempt's time from its run id to the commit."""
+    from datetime import timedelta
+
+    from deltalake import CommitProperties
+
+    paths = TablePaths.for_table("alpha")
+    reasons = [
+        "unparsable value in AMOUNT: 'x1' is not a valid decimal(10,2)",
+        "unparsable value in AMOUNT: 'it's' is not a valid decimal(10,2)",
+        "null key column ID",
+        "unparsable value in AMOUNT: '' is not a valid decimal(10,2)",
+        "unknown flag in FLAG: 'Q' (expected I, U or D)",
+        "null key column ID",
+    ]
+    write_deltalake(str(paths.quarantine), pa.table({"_cdc_reason": reasons[:3]}))
+    write_deltalake(str(paths.quarantine), pa.table({"_cdc_reason": reasons[3:]}), mode="append")
+    write_deltalake(str(paths.final), pa.table({"ID": [1, 2, 3]}))
+    started = datetime.now(UTC) - timedelta(seconds=3)
+    step = {"cdc_step": "overwrite_final", "cdc_run_id": f"{started:%Y%m%dT%H%M%S}-0123456789ab"}
+    write_deltalake(
+        str(paths.final),
+        pa.table({"ID": [4, 5]}),
+        mode="overwrite",
+        commit_properties=CommitProperties(custom_metadata=step),
+    )
+    alpha = load_table_configs().table("alpha")
+    status = table_status.table_status(alpha, history(), NOW)
+    assert status.problem is None
+    assert status.top_reasons == [
+        ("unparsable value in AMOUNT: '…' is not a valid decimal(10,2)", 3),
+        ("null key column ID", 2),
+        ("unknown flag in FLAG: '…' (expected I, U or D)", 1),
+    ]
+    newest, first = status.commits
+    assert (newest.version, newest.operation) == (1, "overwrite_final")
+    assert (newest.files_added, newest.files_removed, newest.rows_added) == (1, 1, 2)
+    assert newest.seconds is not None and 2 <= newest.seconds <= 60
+    assert (first.version, first.operation, first.files_added, first.rows_added) == (
+        0,
+        "WRITE",
+        1,
+        3,
+    )
+    assert first.seconds is None  # no run id: not a step's commit
+    row = view.render_row(status, "../")
+    assert "3 rows: unparsable value in AMOUNT: &#x27;…&#x27; is not a valid decimal(10,2)" in row
+    assert "<li>v1 " in row and " overwrite_final, +1 -1 files, 2 rows, " in row
+    assert row.index("<li>v1 ") < row.index("<li>v0 ")  # newest first
+    data = status.as_dict()
+    assert data["top_reasons"][0] == {
+        "reason": "unparsable value in AMOUNT: '…' is not a valid decimal(10,2)",
+        "rows": 3,
+    }
+    assert [c["version"] for c in data["commits"]] == [1, 0]
+    json.dumps(data)
