@@ -531,7 +531,7 @@ class FilePlan:
     touched: list[tuple[LandingFile, LedgerEntry]] = field(default_factory=list)  # same content
     changed_versions: list[LandingFile] = field(default_factory=list)  # re-staged versions
     deferred: list[LandingFile] = field(default_factory=list)  # changing now: the next run's
-    sequences: dict[str, int] = field(default_factory=dict)  # batch -> last version number used
+    numbers: VersionNumbers = field(default_factory=lambda: VersionNumbers())
 
     def refused_files(self) -> list[Refusal]:
         """Refusals of files (not links)."""
@@ -553,6 +553,24 @@ def latest_sequence(files: Iterable[str]) -> int:
     """The highest re-staged version number among arrival identities (0 when there is none)."""
     ranks = [split_version(f)[1] for f in files]
     return max([n for kind, n in ranks if kind == 2], default=0)
+
+
+class VersionNumbers:
+    """The one place re-staged file versions get their numbers: per hour folder (batch), each
+    new version takes the next number after every one the ledger (or a crashed run's rows)
+    already holds, so an arrival identity is never given twice."""
+
+    def __init__(self) -> None:
+        self._last: dict[str, int] = {}
+
+    def holds(self, batch: str, files: Iterable[str]) -> None:
+        """`files` (arrival identities of `batch`) are taken: new numbers come after theirs."""
+        self._last[batch] = max(self._last.get(batch, 0), latest_sequence(files))
+
+    def next_name(self, batch: str, name: str) -> str:
+        """The arrival identity of `name`'s next version in `batch`."""
+        self._last[batch] = self._last.get(batch, 0) + 1
+        return versioned_name(name, self._last[batch])
 
 
 def _latest(known: Sequence[LedgerEntry]) -> LedgerEntry | None:
@@ -585,11 +603,8 @@ def plan_files(listing: Listing, ledger: dict[tuple[str, str], LedgerEntry]) -> 
     versions = _versions_by_name(ledger)
     plan = FilePlan()
     for batch, file in ledger:
-        plan.sequences[batch] = max(plan.sequences.get(batch, 0), latest_sequence([file]))
-
-    def next_version(batch: str, name: str) -> str:
-        plan.sequences[batch] = plan.sequences.get(batch, 0) + 1
-        return versioned_name(name, plan.sequences[batch])
+        plan.numbers.holds(batch, [file])
+    next_version = plan.numbers.next_name
 
     for link in listing.links:
         plan.links += 1

@@ -181,10 +181,8 @@ def settle_unrecorded(
                 skip_quarantine.add(ident)
             recorded |= {(landing_file.batch, file) for file in crashed[:-1]}
         else:
-            taken = landing.latest_sequence(f for b, f in held if b == landing_file.batch)
-            sequence = max(files.sequences.get(landing_file.batch, 0), taken) + 1
-            files.sequences[landing_file.batch] = sequence
-            target = landing.versioned_name(landing_file.name, sequence)
+            files.numbers.holds(landing_file.batch, (f for b, f in held if b == landing_file.batch))
+            target = files.numbers.next_name(landing_file.batch, landing_file.name)
             recorded |= {(landing_file.batch, file) for file in crashed}
         if target != landing_file.file:
             renames[landing_file.ident] = target
