@@ -33,12 +33,10 @@ LONG_FUNCTIONS = {
     "spark_jobs.formats.read_json_changes": 76,
     # the lookup's three cases (known partitions, driver-side ranges, Spark-side ranges)
     "spark_jobs.key_lookup.partitions_holding_keys": 64,
-    # one pass over the listing against the ledger (size/mtime, then hash)
-    "spark_jobs.landing.plan_files": 63,
     # one pass over the Parquet footers (unreadable, contradicting, grouped by schema)
     "spark_jobs.landing.plan_parquet": 73,
     # the crash-recovery cases of one file version, kept together to be read as one rule
-    "spark_jobs.staging.recovery.settle_unrecorded": 95,
+    "spark_jobs.staging.recovery.settle_unrecorded": 93,
     # one Spark `when` chain, the first problem wins, in the order of the docs
     # a benchmark case: stage, then the three ways of applying it
     "cdc_tools.bench.run_case": 75,
