@@ -10,7 +10,6 @@ import json
 import os
 import secrets
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -23,7 +22,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from cdc_airflow.connect_server import ConnectServer
+from cdc_airflow.connect_server import ConnectServer, free_port
 from cdc_airflow.connect_server import start as start_connect_server
 from cdc_pipeline.config import project_root
 from cdc_pipeline.jvm import connect_address
@@ -96,13 +95,6 @@ def table_pools(config: Path | None = None) -> dict[str, dict[str, Any]]:
         }
         for name in sorted(load_table_configs(config).tables)
     }
-
-
-def free_port() -> int:
-    """A free TCP port on the loopback interface."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def json_rows(output: str) -> list[dict[str, Any]]:

@@ -83,11 +83,6 @@ def _cron_reason(error: Exception) -> str:
     return text or type(error).__name__
 
 
-def is_schedule(value: str) -> bool:
-    """True for a preset or a cron expression `schedule_problem` accepts."""
-    return schedule_problem(value) is None
-
-
 def is_due(schedule: str | None, start: datetime, end: datetime) -> bool:
     """True when the cadence `schedule` fires at some time in [start, end); never for None."""
     if schedule is None:

@@ -7,11 +7,12 @@ import sys
 import time
 from collections.abc import Sequence
 
+from cdc_pipeline.config import VACUUM_SAFE_HOURS
 from cdc_pipeline.errors import UsageError
 from spark_jobs import delta
 from spark_jobs.common import StepArgs, StepContext, StepReport, run_step
 
-SAFE_RETENTION_HOURS = 168
+SAFE_RETENTION_HOURS = VACUUM_SAFE_HOURS  # one number: the config check says the same
 
 
 def run_vacuum(context: StepContext, retention_hours: int | None, force: bool) -> StepReport:

@@ -18,7 +18,7 @@ from cdc_pipeline.config.formats import EVENT_FORMATS, FORMAT_COLUMNS
 from cdc_pipeline.config.messages import COLUMN_PATTERN, PATTERN_HELP, close
 from cdc_pipeline.config.one_pass import Failed, Problem
 
-# Below this retention `cdc vacuum` needs --force (spark_jobs/vacuum.py SAFE_RETENTION_HOURS).
+# Below this retention `cdc vacuum` needs --force (spark_jobs/vacuum.py reads it).
 VACUUM_SAFE_HOURS = 168
 # The values of a rule's fields, by name: a rule can read only the fields it declares.
 Fields = Mapping[str, Any]

@@ -8,7 +8,8 @@ import urllib.error
 import urllib.request
 from typing import Any
 
-from cdc_airflow.local import BIN, LocalAirflow, free_port
+from cdc_airflow.connect_server import free_port
+from cdc_airflow.local import BIN, LocalAirflow
 
 __all__ = ["BIN", "AirflowEnv", "free_port"]
 

@@ -177,10 +177,3 @@ def test_every_corpus_row_is_valid_once_fixed(tmp_path: Path) -> None:
     (tmp_path / "t.yaml").write_text(f"tables:\n  - name: a\n{ROW}")
     result = load_table_configs(tmp_path / "t.yaml")
     assert (result.problems, list(result.tables)) == ([], ["a"])
-
-
-def test_the_vacuum_bound_is_the_vacuum_steps() -> None:
-    from cdc_pipeline.config import VACUUM_SAFE_HOURS
-    from spark_jobs.vacuum import SAFE_RETENTION_HOURS
-
-    assert VACUUM_SAFE_HOURS == SAFE_RETENTION_HOURS
