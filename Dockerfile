@@ -2,6 +2,12 @@
 # the package with its pinned stack (Spark, delta-rs, Airflow), the FAB auth manager, and the
 # Celery/Postgres/Redis clients. Every Python package is pinned by docker/constraints.txt (the
 # tested venv's versions; how it is made is at its top), as Airflow asks of any install.
+# The Spark jars (Delta Lake, S3A and the AWS SDK modules it needs) come from Maven Central at
+# build time, pinned by docker/jars-pom.xml as `make install` fetches them; never at run time.
+FROM maven:3.9-eclipse-temurin-17 AS jars
+COPY docker/jars-pom.xml /build/jars-pom.xml
+RUN mvn -q -B -f /build/jars-pom.xml dependency:copy-dependencies -DoutputDirectory=/build/jars
+
 FROM python:3.11-slim-bookworm
 # curl: the compose healthchecks; procps: Spark's scripts use ps.
 RUN apt-get update \
@@ -12,6 +18,7 @@ RUN useradd --uid 50000 --gid 0 --home-dir /opt/airflow --create-home cdc
 WORKDIR /opt/cdc
 COPY docker/constraints.txt /opt/cdc/docker/constraints.txt
 COPY . .
+COPY --from=jars /build/jars /opt/cdc/jars
 RUN pip install --no-cache-dir --constraint docker/constraints.txt -e . \
       "apache-airflow-providers-fab==3.10.2" \
       "apache-airflow-providers-celery==3.26.0" \

@@ -154,8 +154,8 @@ def load_registry() -> dict[str, Any]:
         value = Variable.get(REGISTRY_VARIABLE, default=None)
     except PermissionError:  # AirflowSecretsBackendAccessDenied: a callback, not a task
         value = os.environ.get(ENVIRONMENT_VARIABLE)
-    if value is None:
-        return {}
+    if value is None or (isinstance(value, str) and not value.strip()):
+        return {}  # none, or compose's AIRFLOW_VAR_CDC_NOTIFIERS with CDC_NOTIFIERS unset
     registry = json.loads(value) if isinstance(value, str) else value
     if not isinstance(registry, dict):
         raise NotifierError(f"the Airflow Variable {REGISTRY_VARIABLE} must be a JSON object")

@@ -82,6 +82,20 @@ def check_query(url: str) -> None:
         session.stop()
 
 
+def check_executors(url: str) -> None:
+    """Run a query whose tasks need executors (a cluster's workers), not only the driver: the
+    compose healthcheck, so a server whose workers are gone is unhealthy, not a healthy port."""
+    from pyspark.sql.connect.session import SparkSession as ConnectSession
+
+    session = ConnectSession.builder.remote(url).create()
+    try:
+        rows = session.range(0, 4, 1, 2).selectExpr("sum(id) AS total").collect()
+        if [tuple(r) for r in rows] != [(6,)]:
+            raise ConnectServerError(f"{url}: unexpected answer to sum(0..3): {rows}")
+    finally:
+        session.stop()
+
+
 def _die_with_parent() -> None:
     """In the child before exec: Linux sends it SIGTERM when its parent dies (PR_SET_PDEATHSIG),
     so a launcher or test run that is killed without cleaning up leaves no server behind."""
@@ -188,6 +202,23 @@ class ConnectServer:
         self.stop()
 
 
+def server_command(
+    port: int, master: str, conf: Mapping[str, str] | None = None, host: str = BIND_ADDRESS
+) -> tuple[list[str], dict[str, str]]:
+    """The spark-submit command line of a server and its environment (the local launcher's and
+    the compose service's: one set of settings)."""
+    home = spark_home()
+    command = [str(home / "bin" / "spark-submit"), "--class", SERVER_CLASS, "--master", master]
+    for key, value in server_conf(port, conf, host).items():
+        command += ["--conf", f"{key}={value}"]
+    command.append("spark-internal")
+    env = dict(os.environ, SPARK_HOME=str(home))
+    env.update(utf8_locale(env))  # file names as UTF-8, whatever the caller's locale
+    env.setdefault("SPARK_LOCAL_IP", BIND_ADDRESS)
+    env.pop("PYSPARK_GATEWAY_PORT", None)
+    return command, env
+
+
 def start(
     port: int | None = None,
     master: str = "local[2]",
@@ -206,18 +237,10 @@ def start(
     port = port or free_port()
     if port_open(BIND_ADDRESS, port):
         raise ConnectServerError(f"port {port} on {BIND_ADDRESS} is already in use")
-    home = spark_home()
+    command, env = server_command(port, master, conf, host)
     settings = server_conf(port, conf, host)
-    command = [str(home / "bin" / "spark-submit"), "--class", SERVER_CLASS, "--master", master]
-    for key, value in settings.items():
-        command += ["--conf", f"{key}={value}"]
-    command.append("spark-internal")
     log_path = log_path or Path(os.environ.get("TMPDIR", "/tmp")) / f"cdc-connect-{port}.log"
     log_path.parent.mkdir(parents=True, exist_ok=True)
-    env = dict(os.environ, SPARK_HOME=str(home))
-    env.update(utf8_locale(env))  # file names as UTF-8, whatever the caller's locale
-    env.setdefault("SPARK_LOCAL_IP", BIND_ADDRESS)
-    env.pop("PYSPARK_GATEWAY_PORT", None)
     with log_path.open("ab") as log:
         process = subprocess.Popen(
             command,
@@ -239,7 +262,8 @@ def start(
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Run a server in the foreground until Ctrl-C or SIGTERM."""
+    """Run a server in the foreground until Ctrl-C or SIGTERM (`--exec`: become it, as a
+    container's main process does); `--probe URL`: exit 0 when a server's executors answer."""
     parser = argparse.ArgumentParser(prog="python -m cdc_airflow.connect_server")
     parser.add_argument("--port", type=int, default=DEFAULT_PORT)
     parser.add_argument("--host", default=BIND_ADDRESS, help="address to bind (0.0.0.0: all)")
@@ -247,13 +271,32 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--conf", action="append", default=[], metavar="KEY=VALUE", help="extra Spark settings"
     )
+    parser.add_argument(
+        "--exec",
+        action="store_true",
+        help="replace this process with the server (logs on stdout: a container's command)",
+    )
+    parser.add_argument(
+        "--probe", metavar="URL", help="run a query that needs executors on the server at URL"
+    )
     args = parser.parse_args(argv)
+    if args.probe:
+        try:
+            check_executors(args.probe)
+        except Exception as error:
+            print(f"unhealthy: {args.probe}: {type(error).__name__}: {error}", file=sys.stderr)
+            return 1
+        return 0
     extra = {}
     for item in args.conf:
         key, sep, value = item.partition("=")
         if not sep:
             parser.error(f"--conf {item!r}: expected KEY=VALUE")
         extra[key] = value
+    if args.exec:
+        command, env = server_command(args.port, args.master, extra, args.host)
+        sys.stdout.flush()
+        os.execve(command[0], command, env)
     server = start(args.port, args.master, extra, host=args.host)
     print(f"Spark Connect server on {server.url} (pid {server.pid}, log {server.log_path})")
     print("Ctrl-C stops it.", flush=True)

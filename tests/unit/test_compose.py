@@ -91,7 +91,16 @@ def test_every_long_running_service_restarts_and_has_a_healthcheck() -> None:
     assert "--job-type DagProcessorJob" in found["airflow-dag-processor"]["healthcheck"]["test"][1]
     assert "--job-type TriggererJob" in found["airflow-triggerer"]["healthcheck"]["test"][1]
     assert "inspect ping" in found["airflow-worker"]["healthcheck"]["test"][1]
-    assert found["spark-connect"]["healthcheck"]["test"][-1].endswith("/dev/tcp/127.0.0.1/15002")
+    # The Connect server is healthy when a query's tasks run on executors (not when its port
+    # opens while no worker can start one).
+    assert found["spark-connect"]["healthcheck"]["test"] == [
+        "CMD",
+        "python",
+        "-m",
+        "cdc_airflow.connect_server",
+        "--probe",
+        "sc://127.0.0.1:15002",
+    ]
 
 
 def test_airflow_services_wait_for_healthy_dependencies_and_the_init_service() -> None:
@@ -182,20 +191,59 @@ def test_spark_default_is_the_spark_connect_server_on_the_cluster(
 
     monkeypatch.setenv("AIRFLOW_CONN_SPARK_DEFAULT", value)
     assert SparkConnectHook("spark_default").get_connection_url() == "sc://spark-connect:15002/"
-    server = " ".join(found["spark-connect"]["command"])
-    for part in (
-        "$$SPARK_HOME/bin/spark-submit",
-        "--class org.apache.spark.sql.connect.service.SparkConnectServer",
-        "--master spark://spark-master:7077",
-        "--conf spark.connect.grpc.binding.port=15002",
-        "--conf spark.driver.host=spark-connect",
-        "spark-internal",
-    ):
-        assert part in server, part
+    # The service runs the local launcher's own server: run its command line here up to the
+    # exec, and check the spark-submit it would become.
+    command = found["spark-connect"]["command"]
+    assert command[:4] == ["python", "-m", "cdc_airflow.connect_server", "--exec"]
+    from cdc_airflow import connect_server
+
+    became: list[list[str]] = []
+
+    def execve(path: str, args: list[str], env: dict[str, str]) -> None:
+        became.append(args)
+        raise SystemExit(0)  # exec does not return
+
+    monkeypatch.setattr(connect_server.os, "execve", execve)
+    with pytest.raises(SystemExit):
+        connect_server.main(command[3:])
+    (submit,) = became
+    assert submit[0].endswith("/bin/spark-submit") and submit[-1] == "spark-internal"
+    settings = dict(submit[i + 1].split("=", 1) for i, arg in enumerate(submit) if arg == "--conf")
+    assert submit[submit.index("--class") + 1] == connect_server.SERVER_CLASS
+    assert submit[submit.index("--master") + 1] == "spark://spark-master:7077"
+    assert settings["spark.connect.grpc.binding.port"] == "15002"
+    assert settings["spark.connect.grpc.binding.address"] == "0.0.0.0"
+    assert settings["spark.driver.host"] == "spark-connect"
+    assert settings["spark.driver.bindAddress"] == "0.0.0.0"
+    # The same settings as the local server: FAIR between tables, the project's jars, logging.
+    local = connect_server.server_conf(15002, host="0.0.0.0")
+    for key in ("spark.scheduler.mode", "spark.jars", "spark.driver.extraJavaOptions"):
+        assert settings.get(key) == local.get(key), key
+    assert settings["spark.scheduler.mode"] == "FAIR"
     master = " ".join(found["spark-master"]["command"])
     assert "deploy.master.Master --host spark-master --port 7077" in master
     for worker in ("spark-worker-1", "spark-worker-2"):
-        assert "Worker spark://spark-master:7077" in " ".join(found[worker]["command"])
+        line = " ".join(found[worker]["command"])
+        assert "Worker spark://spark-master:7077" in line
+        # A work directory the container's user (AIRFLOW_UID) can write: $SPARK_HOME/work is root's.
+        assert "--work-dir /tmp/spark-work" in line
+
+
+def test_every_project_container_has_an_init_the_notifiers_and_the_hosts_config() -> None:
+    found = services()
+    for name in [*AIRFLOW_SERVICES, *SPARK_SERVICES, "airflow-init"]:
+        assert found[name]["init"] is True, name  # PID 1 reaps and forwards signals
+    for name in [*AIRFLOW_SERVICES, "airflow-init"]:
+        environment = found[name]["environment"]
+        assert environment["AIRFLOW_VAR_CDC_NOTIFIERS"] == "${CDC_NOTIFIERS:-}", name
+        # Adding a table is a config row on the host, not an image rebuild.
+        assert "./config:/opt/cdc/config:ro" in found[name]["volumes"], name
+        assert environment["CDC_CONFIG"] == "/opt/cdc/config/tables.yaml"
+    # The image fetches the Spark jars itself, pinned by the same pom as `make install`.
+    dockerfile = (REPO / "Dockerfile").read_text()
+    assert "mvn -q -B -f /build/jars-pom.xml dependency:copy-dependencies" in dockerfile
+    assert "COPY --from=jars /build/jars /opt/cdc/jars" in dockerfile
+    assert "jars" in (REPO / ".dockerignore").read_text().splitlines()
 
 
 def constraints() -> dict[str, str]:

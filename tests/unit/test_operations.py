@@ -415,6 +415,8 @@ def test_the_registry_comes_from_the_variable_or_from_the_environment_in_a_callb
     monkeypatch.setattr(Variable, "get", staticmethod(denied))
     monkeypatch.setenv("AIRFLOW_VAR_CDC_NOTIFIERS", '{"b": {"kind": "jsonl", "path": "/y"}}')
     assert alerts.load_registry() == {"b": {"kind": "jsonl", "path": "/y"}}
+    monkeypatch.setenv("AIRFLOW_VAR_CDC_NOTIFIERS", "")  # compose with CDC_NOTIFIERS unset
+    assert alerts.load_registry() == {}
     monkeypatch.setattr(Variable, "get", staticmethod(lambda key, default=None: "[1]"))
     with pytest.raises(NotifierError, match="must be a JSON object"):
         alerts.load_registry()
