@@ -13,6 +13,7 @@ live in one test process. CLI tests in Connect mode hand the server to the `cdc`
 
 from __future__ import annotations
 
+import logging
 import os
 from collections.abc import Iterator
 from pathlib import Path
@@ -21,6 +22,11 @@ from typing import Any
 import pytest
 
 from tests.helpers import Workspace
+
+# py4j logs "Closing down clientserver connection" (INFO) from a finalizer at interpreter exit,
+# after pytest closed the captured stream Airflow's logging handlers write to: every run ended
+# in a "--- Logging error ---" traceback. Its INFO lines say nothing a test needs.
+logging.getLogger("py4j").setLevel(logging.WARNING)
 
 CLASSIC, CONNECT = "classic", "connect"
 SPARK_MODULES = ("tests/spark/", "tests/cli/")
