@@ -10,6 +10,11 @@ whom, as it does for delta-rs on the driver side.
 Credentials: `AWS_ACCESS_KEY_ID`/`AWS_SECRET_ACCESS_KEY` (and `AWS_SESSION_TOKEN`) when set,
 passed as S3A's own keys (Spark redacts them in its UI and logs); when unset, S3A's default chain
 (instance profile, web identity, ...) applies. Never from the config file.
+
+Hadoop caches a file system per bucket and user for the JVM's lifetime: on a shared Connect
+server the first session that opens a bucket fixes the endpoint and credentials later sessions
+get for it. One set of AWS settings per server (what a deployment has); a server whose tasks need
+different ones needs `fs.s3a.impl.disable.cache=true` in its settings (a new client per read).
 """
 
 from __future__ import annotations
