@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 import threading
 import time
@@ -20,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from cdc_pipeline.config import project_root
+from tests.helpers import stop_process_group
 from tests.postgres import Postgres
 
 DIST = project_root() / ".tools" / "debezium-server"
@@ -123,14 +123,7 @@ def running(pg: Postgres, work: Path, **source: str) -> Iterator[Collector]:
     try:
         yield collector
     finally:
-        try:
-            os.killpg(process.pid, signal.SIGTERM)
-            process.wait(timeout=60)
-        except ProcessLookupError:
-            pass
-        except subprocess.TimeoutExpired:
-            os.killpg(process.pid, signal.SIGKILL)
-            process.wait()
+        stop_process_group(process, timeout=60)
         http.shutdown()
 
 

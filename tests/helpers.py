@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import csv
 import json
+import os
+import signal
+import subprocess
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -117,3 +120,16 @@ def files_by_partition(path: Path, column: str) -> dict[Any, set[str]]:
 def ts(text: str) -> datetime:
     """A UTC timestamp as deltalake returns it."""
     return parse_timestamp(text)
+
+
+def stop_process_group(process: subprocess.Popen[Any], timeout: float = 60) -> None:
+    """Stop a server the tests started in its own process group, by its pid: SIGTERM, then
+    SIGKILL when it has not exited within `timeout` seconds."""
+    try:
+        os.killpg(process.pid, signal.SIGTERM)
+        process.wait(timeout=timeout)
+    except ProcessLookupError:
+        pass
+    except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGKILL)
+        process.wait()

@@ -12,8 +12,6 @@ One server per test session (the `s3_server` fixture); each test makes its own b
 
 from __future__ import annotations
 
-import os
-import signal
 import subprocess
 import time
 import urllib.error
@@ -25,6 +23,7 @@ from pathlib import Path
 
 from cdc_airflow.connect_server import free_port
 from cdc_pipeline.paths import project_root
+from tests.helpers import stop_process_group
 
 SERVER = project_root() / ".tools" / "moto" / "bin" / "moto_server"
 REGION = "us-east-1"
@@ -86,11 +85,4 @@ def running(log: Path) -> Iterator[S3Server]:
                 time.sleep(0.2)
         yield S3Server(endpoint)
     finally:
-        try:
-            os.killpg(process.pid, signal.SIGTERM)
-            process.wait(timeout=30)
-        except ProcessLookupError:
-            pass
-        except subprocess.TimeoutExpired:
-            os.killpg(process.pid, signal.SIGKILL)
-            process.wait()
+        stop_process_group(process, timeout=30)
