@@ -32,6 +32,8 @@ from typing import Any
 from airflow.sdk import BaseNotifier
 
 from cdc_pipeline.columns import REASON
+from cdc_pipeline.paths import Location, as_location
+from spark_jobs.storage import store_for
 
 log = logging.getLogger(__name__)
 REGISTRY_VARIABLE = "cdc_notifiers"
@@ -292,7 +294,7 @@ def quarantine_finding(report: Mapping[str, Any] | None, limit: float) -> Quaran
     )
 
 
-def quarantine_reasons(quarantine_path: Path, version: int, limit: int = 5) -> list[str]:
+def quarantine_reasons(quarantine_path: Location, version: int, limit: int = 5) -> list[str]:
     """The most frequent `_cdc_reason`s of the rows committed in quarantine version `version`.
 
     Reads only the reason column of the files that version added (this run's quarantined rows).
@@ -307,7 +309,11 @@ def quarantine_reasons(quarantine_path: Path, version: int, limit: int = 5) -> l
 
     reasons: Counter[str] = Counter()
     for uri in sorted(files(version) - files(version - 1)):
-        local = uri.removeprefix("file://")
-        column = pq.read_table(local, columns=[REASON]).column(0)
+        if uri.startswith("file://"):
+            column = pq.read_table(uri.removeprefix("file://"), columns=[REASON]).column(0)
+        else:  # object storage: the same file through the driver's store
+            location = as_location(uri)
+            with store_for(location).open_read(location) as handle:
+                column = pq.read_table(handle, columns=[REASON]).column(0)
         reasons.update(str(value) for value in column.to_pylist())
     return [f"{count} x {reason}" for reason, count in reasons.most_common(limit)]

@@ -26,6 +26,7 @@ from cdc_airflow.connect_server import ConnectServer, free_port
 from cdc_airflow.connect_server import start as start_connect_server
 from cdc_pipeline.config import project_root
 from cdc_pipeline.jvm import connect_address
+from cdc_pipeline.paths import Location
 
 BIN = Path(sys.executable).parent
 LOCAL_SPARK = '{"conn_type": "spark", "host": "local[2]"}'  # spark-submit mode
@@ -111,8 +112,8 @@ class LocalAirflow:
 
     home: Path
     config: Path
-    landing: Path
-    warehouse: Path
+    landing: Location
+    warehouse: Location
     # spark_default: None (the default) is Spark Connect mode: this object starts a local Connect
     # server (start_spark) and spark_default points at it; a JSON connection is used as it is.
     spark_connection: str | None = None

@@ -14,15 +14,15 @@ import re
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import Any
 from urllib.parse import unquote
 
 from cdc_pipeline.columns import CHECK_FILE, REASON
 from cdc_pipeline.config import TableConfig, load_table_configs
-from cdc_pipeline.paths import TablePaths
+from cdc_pipeline.paths import Location, TablePaths
 from cdc_pipeline.steps import ERROR_XCOM, count_task_ids
 from spark_jobs.freshness import DataFreshness, data_freshness
+from spark_jobs.storage import store_for
 
 log = logging.getLogger(__name__)
 
@@ -258,11 +258,14 @@ def freshness_of(table: TableConfig, last_success_end: datetime | None, now: dat
     return Freshness(last_success_end, behind, deadline, now > deadline)
 
 
-def read_check(table_root: Path) -> CheckResult | None:
+def read_check(table_root: Location) -> CheckResult | None:
     """The table's latest `cdc check` result, or None when there is none (or it is unreadable)."""
     path = table_root / CHECK_FILE
     try:
-        data = json.loads(path.read_text())
+        text = store_for(path).read_text(path)
+        if text is None:
+            return None
+        data = json.loads(text)
         return CheckResult(
             checked_at=str(data["checked_at"]),
             ok=bool(data["ok"]),
@@ -275,7 +278,7 @@ def read_check(table_root: Path) -> CheckResult | None:
         return CheckResult(checked_at="?", ok=False, breaches=[f"unreadable {path}: {error}"])
 
 
-def _table(path: Path) -> Any:
+def _table(path: Location) -> Any:
     from deltalake import DeltaTable
     from deltalake.exceptions import TableNotFoundError
 
@@ -315,7 +318,7 @@ def reason_kind(reason: str) -> str:
 
 
 def top_reasons(
-    table: Any, root: Path, limit: int = TOP_REASONS, max_rows: int = REASON_ROWS
+    table: Any, root: Location, limit: int = TOP_REASONS, max_rows: int = REASON_ROWS
 ) -> list[tuple[str, int]]:
     """The most frequent reasons among the quarantine's newest rows (files newest first, until
     `max_rows`), most frequent first: only the reason column is read."""
@@ -343,7 +346,7 @@ def top_reasons(
     return sorted(counts.items(), key=lambda item: (-item[1], item[0]))[:limit]
 
 
-def recent_commits(table: Any, root: Path, limit: int = RECENT_COMMITS) -> list[Commit]:
+def recent_commits(table: Any, root: Location, limit: int = RECENT_COMMITS) -> list[Commit]:
     """The table's newest commits, newest first: who committed, when, files and rows added,
     files removed (from each commit's own log file, when it is still there)."""
     if table is None:
@@ -353,8 +356,9 @@ def recent_commits(table: Any, root: Path, limit: int = RECENT_COMMITS) -> list[
         version = int(entry["version"])
         at = datetime.fromtimestamp(int(entry["timestamp"]) / 1000, UTC)
         added = removed = rows = None
+        log = root / "_delta_log" / f"{version:020d}.json"
         try:
-            text = (root / "_delta_log" / f"{version:020d}.json").read_text()
+            text = store_for(log).read_text(log)
         except OSError:
             text = None
         if text is not None:
@@ -655,7 +659,7 @@ def _delta_facts(paths: TablePaths, problems: list[str]) -> dict[str, Any]:
     """What the row shows of the table's Delta tables; what cannot be read goes to `problems`
     (one damaged table is this row's problem, never the page's)."""
 
-    def opened(path: Path) -> Any:
+    def opened(path: Location) -> Any:
         return _or_problem(lambda: _table(path), f"{path.name}", problems)
 
     final, staging, quarantine = (

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 from cdc_pipeline.config import ConfigLoadResult, TableConfig, project_root
 from cdc_pipeline.errors import ConfigError
 from cdc_pipeline.intervals import HourBatch, Interval, format_timestamp
-from cdc_pipeline.paths import TablePaths
+from cdc_pipeline.paths import TablePaths, local_folder
 from cdc_tools.generator import ChangeSpec, generate_events, generate_orders
 from spark_jobs import delta
 from spark_jobs.common import StepContext
@@ -80,18 +80,19 @@ def generate_demo_data(
         )
     for name in DEMO_TABLES:
         table = configs.tables[name]
-        paths = TablePaths.for_table(name)
+        # The demo writes its sample files with local file calls: a local landing folder.
+        landing = local_folder(TablePaths.for_table(name).landing, "CDC_LANDING")
         if name == "orders":
             spec = ChangeSpec(keys=keys, duplicate_pct=2, late_pct=5)
-            generate_orders(spark, spec, paths.landing, start, hours, table.file_format)
+            generate_orders(spark, spec, landing, start, hours, table.file_format)
         elif name == "customers":
-            write_customers(paths.landing, start)
+            write_customers(landing, start)
         elif name in SAMPLE_FILE_TABLES:
-            copy_sample_files(table, paths.landing, start, hours)
+            copy_sample_files(table, landing, start, hours)
         else:
             generate_events(
                 spark,
-                paths.landing,
+                landing,
                 start,
                 hours,
                 per_hour=max(10, keys // 10),

@@ -14,7 +14,6 @@ import sys
 from collections.abc import Sequence
 from datetime import UTC
 from decimal import Decimal, InvalidOperation
-from pathlib import Path
 from typing import Any
 
 from pyspark.sql import DataFrame
@@ -35,6 +34,7 @@ from cdc_pipeline.columns import SOURCE_TS_MS
 from cdc_pipeline.config import TableConfig
 from cdc_pipeline.errors import ConfigError, InputError, UsageError
 from cdc_pipeline.intervals import parse_timestamp
+from cdc_pipeline.paths import Location
 from spark_jobs import delta
 from spark_jobs.common import StepArgs, StepContext, StepReport, run_step
 from spark_jobs.history import BUCKET, VALID_FROM, VALID_TO, VERSION_COLUMNS
@@ -94,7 +94,7 @@ def as_of_frame(context: StepContext, at: str) -> DataFrame:
     return valid.select(*[c for c in versions.columns if c not in hidden])
 
 
-def write_output(frame: DataFrame, path: Path, table: TableConfig) -> int:
+def write_output(frame: DataFrame, path: Location, table: TableConfig) -> int:
     """Replace the Delta table at `path` by `frame` (created when missing); returns its version."""
     partition_by = table.partition_by
     delta.ensure_table(path, frame.schema, partition_by)
@@ -105,7 +105,7 @@ def write_output(frame: DataFrame, path: Path, table: TableConfig) -> int:
     return result.version
 
 
-def run_as_of(context: StepContext, at: str, output: Path | None, limit: int) -> StepReport:
+def run_as_of(context: StepContext, at: str, output: Location | None, limit: int) -> StepReport:
     """Write the table as of `at` to `output`, or print a sample of it."""
     table = context.table
     report = StepReport("as-of", table.name, f"at {at}")

@@ -14,8 +14,9 @@ from pathlib import Path
 from typing import Any
 
 from cdc_pipeline.config import TableConfig
-from cdc_pipeline.paths import TablePaths
+from cdc_pipeline.paths import Location, TablePaths
 from spark_jobs.notices import warn
+from spark_jobs.storage import store_for
 
 
 def outlives_this_process(spark: Any) -> bool:
@@ -29,12 +30,19 @@ def outlives_this_process(spark: Any) -> bool:
     return str(spark.conf.get("spark.sql.catalogImplementation", "in-memory")) == "hive"
 
 
-def catalog_names(table: TableConfig, paths: TablePaths) -> dict[str, Path]:
+def catalog_names(table: TableConfig, paths: TablePaths) -> dict[str, Location]:
     """`database.name` -> the Delta folder it stands for."""
     names = {f"{table.database}.{table.name}": paths.final}
     if table.history:
         names[f"{table.database}.{table.name}_history"] = paths.history
     return names
+
+
+def _uri(path: Location) -> str:
+    """The location Spark's catalog gives a table at `path`, as `_location` writes it."""
+    if isinstance(path, Path):
+        return path.resolve().as_uri().rstrip("/")
+    return str(path)
 
 
 def _location(spark: Any, quoted: str) -> str:
@@ -43,6 +51,8 @@ def _location(spark: Any, quoted: str) -> str:
     location = str(row[0]) if row is not None else ""
     if location.startswith("file:") and not location.startswith("file://"):
         location = "file://" + location[len("file:") :]
+    if location.startswith("s3a://"):
+        location = "s3://" + location[len("s3a://") :]
     return location.rstrip("/")
 
 
@@ -63,12 +73,13 @@ def register_tables(spark: Any, table: TableConfig, paths: TablePaths) -> list[s
     try:
         spark.sql(f"CREATE DATABASE IF NOT EXISTS `{table.database}`")
         for name, path in catalog_names(table, paths).items():
-            if not (path / "_delta_log").is_dir():
+            log = store_for(path).info(path / "_delta_log")
+            if log is None or not log.is_dir:
                 continue
             database, short = name.split(".")
             quoted = f"`{database}`.`{short}`"
             registered = _registered_location(spark, name, quoted)
-            if registered == path.resolve().as_uri().rstrip("/"):
+            if registered == _uri(path):
                 continue
             if registered != "":
                 # Another warehouse's, or one whose folder is gone: an external table.

@@ -37,11 +37,12 @@ from cdc_pipeline import summaries
 from cdc_pipeline.columns import CHECK_FILE
 from cdc_pipeline.config import TableConfig, load_table_configs
 from cdc_pipeline.errors import ConfigError
-from cdc_pipeline.paths import TablePaths
+from cdc_pipeline.paths import Location, TablePaths
 from spark_jobs import delta
 from spark_jobs.common import StepReport, add_check_arguments, one_line, write_summary
 from spark_jobs.history import IS_CURRENT
 from spark_jobs.notices import show_warnings_on_stderr, warn
+from spark_jobs.storage import store_for
 from spark_jobs.transforms import ARRIVAL
 
 # The tables of a table's folder (names of TablePaths properties), loaded in the order a run
@@ -122,7 +123,9 @@ def _order(prefix: str, columns: Sequence[str]) -> Column:
 
 def _missing_files(name: str, snapshot: delta.Snapshot) -> str | None:
     """A breach when a data file of the snapshot is not on disk."""
-    missing = [f.path for f in snapshot.files if not (snapshot.path / f.path).exists()]
+    root = snapshot.path
+    present = {str(e.location)[len(str(root)) + 1 :] for e in store_for(root).walk(root)}
+    missing = [f.path for f in snapshot.files if f.path not in present]
     if not missing:
         return None
     return (
@@ -350,18 +353,16 @@ def check_table(spark: SparkSession, table: TableConfig, paths: TablePaths) -> C
     return result
 
 
-def write_check_file(result: CheckResult, paths: TablePaths) -> Path:
-    """Write `{warehouse}/{table}/_cdc_check.json`."""
+def write_check_file(result: CheckResult, paths: TablePaths) -> Location:
+    """Write `{warehouse}/{table}/_cdc_check.json` (a reader never sees half a file)."""
     target = paths.table_root / CHECK_FILE
-    target.parent.mkdir(parents=True, exist_ok=True)
-    scratch = target.with_suffix(".json.tmp")
-    scratch.write_text(json.dumps(result.document(), indent=2) + "\n")
-    scratch.replace(target)  # a reader never sees half a file
+    text = json.dumps(result.document(), indent=2) + "\n"
+    store_for(target).write_bytes(target, text.encode())
     return target
 
 
 def run_check(
-    spark: SparkSession, tables: Sequence[TableConfig], warehouse: Path | None = None
+    spark: SparkSession, tables: Sequence[TableConfig], warehouse: Location | None = None
 ) -> list[CheckResult]:
     """Check the tables one after another, writing each one's `_cdc_check.json`."""
     results = []

@@ -18,7 +18,7 @@ from cdc_pipeline import summaries
 from cdc_pipeline.config import TableConfig, load_table_configs
 from cdc_pipeline.errors import CdcError, ConfigError, TableDamagedError, UsageError
 from cdc_pipeline.intervals import Interval
-from cdc_pipeline.paths import TablePaths
+from cdc_pipeline.paths import Location, TablePaths, as_location
 from cdc_pipeline.steps import ArgumentKind, Step, step_named
 from spark_jobs.notices import show_warnings_on_stderr
 
@@ -34,7 +34,7 @@ class StepArgs:
     retention_hours: int | None = None
     force: bool = False
     at: str | None = None
-    output: Path | None = None
+    output: Location | None = None
     limit: int | None = None
 
     def interval(self) -> Interval:
@@ -67,7 +67,10 @@ def add_step_arguments(parser: argparse.ArgumentParser, kind: ArgumentKind) -> N
             help="a value of the first sequence_by column: ISO 8601 timestamp or date, or a number",
         )
         parser.add_argument(
-            "--output", type=Path, default=None, help="write a Delta table here instead of printing"
+            "--output",
+            type=as_location,
+            default=None,
+            help="write a Delta table here (a folder or s3://bucket/prefix) instead of printing",
         )
         parser.add_argument("--limit", type=int, default=None, help="rows to print (default 20)")
 

@@ -17,20 +17,20 @@ from __future__ import annotations
 
 import csv
 import gzip
-import os
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from cdc_pipeline.config import COLUMN_PATTERN, TableConfig
 from cdc_pipeline.errors import InputError
+from cdc_pipeline.paths import Location
 from spark_jobs.formats import ChangeRead
 from spark_jobs.landing import spark_path
 from spark_jobs.notices import warn
+from spark_jobs.storage import store_for
 from spark_jobs.transforms import ARRIVAL, BATCH, FILE, FORMAT_ERROR, RAW, ROW
 
 # A header line longer than this is not read on the driver (its rows are quarantined).
@@ -51,7 +51,7 @@ class CsvHeader:
     has_line: bool = True  # the file's first line is the header (not a data row, not blank)
 
 
-def read_csv_header(path: Path) -> CsvHeader:
+def read_csv_header(path: Location) -> CsvHeader:
     """The header of a CSV file, read on the driver (metadata: its first line only).
 
     The file is opened without following a symbolic link, at most HEADER_LIMIT bytes are read,
@@ -59,12 +59,12 @@ def read_csv_header(path: Path) -> CsvHeader:
     keeps. A file that cannot be opened is an InputError naming the file, not its content.
     """
     try:
-        descriptor = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+        opened = store_for(path).open_read(path)
     except OSError as error:
         raise InputError(
-            f"CSV file {_landing_name(path)}: cannot read its header: {error.strerror}"
+            f"CSV file {_landing_name(path)}: cannot read its header: {error.strerror or error}"
         ) from None
-    with os.fdopen(descriptor, "rb") as handle:
+    with opened as handle:
         try:
             if path.name.lower().endswith(".gz"):  # as Spark reads it: by its extension
                 with gzip.GzipFile(fileobj=handle) as unpacked:
@@ -87,7 +87,7 @@ def read_csv_header(path: Path) -> CsvHeader:
 
 
 def read_csv_changes(
-    spark: SparkSession, table: TableConfig, paths: Sequence[Path], scan: Scan
+    spark: SparkSession, table: TableConfig, paths: Sequence[Location], scan: Scan
 ) -> ChangeRead:
     """Change rows of CSV files: the declared columns (and flag) as text, with `_cdc_raw` and
     `_cdc_format_error` set for rows that cannot be read; `scan` adds the arrival columns to a
@@ -102,7 +102,7 @@ def read_csv_changes(
     ):
         wanted.append(table.flag_column)
     # Without a flag column in any file, none is added: the stage step then says so and stops.
-    groups: dict[CsvHeader, list[Path]] = {}
+    groups: dict[CsvHeader, list[Location]] = {}
     for path, header in headers.items():
         groups.setdefault(header, []).append(path)
     frames = []
@@ -229,6 +229,6 @@ def _empty(spark: SparkSession, columns: list[str]) -> DataFrame:
     return spark.createDataFrame([], schema)
 
 
-def _landing_name(path: Path) -> str:
+def _landing_name(path: Location) -> str:
     """A landed file as `dt=.../hr=.../name` (where it is, never what it holds)."""
-    return "/".join(Path(path).parts[-3:])
+    return "/".join(str(path).split("/")[-3:])

@@ -13,14 +13,11 @@ before it (the earlier versions of the file included), whatever its name.
 from __future__ import annotations
 
 import hashlib
-import os
 import re
-import stat
 import zlib
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, date, datetime, timedelta
-from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
@@ -28,8 +25,9 @@ import pyarrow.parquet as pq
 
 from cdc_pipeline.errors import InputError
 from cdc_pipeline.intervals import HourBatch, Interval, batch_id
-from cdc_pipeline.paths import TablePaths
+from cdc_pipeline.paths import Location, TablePaths
 from cdc_pipeline.schema import common_type
+from spark_jobs.storage import Entry, Store, is_local, store_for
 
 # Text files may be gzip-compressed (Kafka Connect's S3 sink writes `.json.gz`): Spark reads
 # them by their extension, the ledger hashes their bytes as they landed.
@@ -82,7 +80,7 @@ LEDGER_SCHEMA = pa.schema(
 _GLOB_CHARACTERS = set("\\[]{}*?")
 
 
-def spark_path(path: Path) -> str:
+def spark_path(path: Location) -> str:
     """The path to hand to Spark's readers: glob characters escaped, so it names one file."""
     return "".join(f"\\{c}" if c in _GLOB_CHARACTERS else c for c in str(path))
 
@@ -134,7 +132,7 @@ class LandingFile:
     """One version of a landed change file of one hour folder, with what its listing saw."""
 
     batch: str
-    path: Path
+    path: Location
     relative: str  # path from the table's landing folder: dt=.../hr=.../name
     size: int
     mtime_ns: int
@@ -183,14 +181,9 @@ class Listing:
     unrecognised: list[str] = field(default_factory=list)  # entries the layout does not name
 
 
-def _visible(entries: Iterable[os.DirEntry[str]]) -> list[os.DirEntry[str]]:
+def _scan(store: Store, folder: Location) -> list[Entry]:
     # Hidden and `_` names (`.crc`, `_SUCCESS`, editors' temp files) are skipped, as Spark does.
-    return sorted((e for e in entries if not e.name.startswith((".", "_"))), key=lambda e: e.name)
-
-
-def _scan(folder: Path) -> list[os.DirEntry[str]]:
-    with os.scandir(folder) as entries:
-        return _visible(entries)
+    return [e for e in store.list_dir(folder) if not e.name.startswith((".", "_"))]
 
 
 def _day(name: str) -> date | None:
@@ -210,40 +203,42 @@ def list_landing(paths: TablePaths, interval: Interval, file_format: str) -> Lis
     """
     root = paths.landing
     listing = Listing()
-    if root.is_symlink():
+    store = store_for(root)
+    found = store.info(root)
+    if found is not None and found.is_link:
         raise InputError(
             f"table {paths.name}: the landing folder {root} is a symbolic link; landing links are "
             "never followed: make it a real folder"
         )
-    if not root.is_dir():
+    if found is None or not found.is_dir:
         return listing
     hours = {h.batch_id: h for h in interval.hours()}
     days: dict[date, list[str]] = {}
     for batch in sorted(hours):
         days.setdefault(hours[batch].start.date(), []).append(batch)
-    day_folders = _day_folders(root, days, listing)
-    hour_folders = _hour_folders(day_folders, hours, listing)
-    _list_files(hour_folders, file_format, listing)
+    day_folders = _day_folders(store, root, days, listing)
+    hour_folders = _hour_folders(store, day_folders, hours, listing)
+    _list_files(store, hour_folders, file_format, listing)
     return listing
 
 
 def _day_folders(
-    root: Path, days: dict[date, list[str]], listing: Listing
-) -> list[os.DirEntry[str]]:
+    store: Store, root: Location, days: dict[date, list[str]], listing: Listing
+) -> list[Entry]:
     """The interval's dt= folders; links (reported under the day's hour 00) and unrecognised
     entries go to the listing."""
     day_folders = []
-    for entry in _scan(root):
+    for entry in _scan(store, root):
         day = _day(entry.name)
-        if entry.is_symlink():
+        if entry.is_link:
             if day in days:
                 # The day's hour 00 holds the report (quarantine is by hour), whatever the interval.
                 batch = batch_id(day.isoformat(), "00")
                 listing.links.append(Refusal(batch, entry.name, entry.name, SYMLINK_REASON))
             elif day is None:
                 listing.unrecognised.append(f"{entry.name} (symbolic link)")
-        elif day is None or not entry.is_dir(follow_symlinks=False):
-            suffix = "/" if entry.is_dir(follow_symlinks=False) else ""
+        elif day is None or not entry.is_dir:
+            suffix = "/" if entry.is_dir else ""
             listing.unrecognised.append(entry.name + suffix)
         elif day in days:
             day_folders.append(entry)
@@ -251,51 +246,50 @@ def _day_folders(
 
 
 def _hour_folders(
-    day_folders: list[os.DirEntry[str]], hours: dict[str, HourBatch], listing: Listing
-) -> list[tuple[str, str, Path]]:
+    store: Store, day_folders: list[Entry], hours: dict[str, HourBatch], listing: Listing
+) -> list[tuple[str, str, Location]]:
     """(batch, relative folder, folder) of the interval's hr= folders in the day folders; links
     and unrecognised entries go to the listing."""
     hour_folders = []
     for day_entry in day_folders:
-        for entry in _scan(Path(day_entry.path)):
+        for entry in _scan(store, day_entry.location):
             relative = f"{day_entry.name}/{entry.name}"
             hour = _HOUR.match(entry.name)
-            if hour is None or not (entry.is_dir(follow_symlinks=False) or entry.is_symlink()):
-                suffix = "/" if entry.is_dir(follow_symlinks=False) else ""
+            if hour is None or not (entry.is_dir or entry.is_link):
+                suffix = "/" if entry.is_dir else ""
                 listing.unrecognised.append(relative + suffix)
                 continue
             batch = batch_id(day_entry.name[3:], hour.group(1))
             if batch not in hours:
                 continue  # another interval's hour
-            elif entry.is_symlink():
+            elif entry.is_link:
                 listing.links.append(Refusal(batch, relative, relative, SYMLINK_REASON))
             else:
-                hour_folders.append((batch, relative, Path(entry.path)))
+                hour_folders.append((batch, relative, entry.location))
     return hour_folders
 
 
 def _list_files(
-    hour_folders: list[tuple[str, str, Path]], file_format: str, listing: Listing
+    store: Store, hour_folders: list[tuple[str, str, Location]], file_format: str, listing: Listing
 ) -> None:
     """The change files of the hour folders into the listing; links and other entries refused."""
     extensions = EXTENSIONS[file_format]
     for batch, folder_relative, folder in hour_folders:
-        for entry in _scan(folder):
+        for entry in _scan(store, folder):
             relative = f"{folder_relative}/{entry.name}"
-            if entry.is_symlink():
+            if entry.is_link:
                 listing.links.append(Refusal(batch, entry.name, relative, SYMLINK_REASON))
                 continue
             if (
-                not entry.is_file(follow_symlinks=False)
+                not entry.is_file()
                 or not entry.name.lower().endswith(extensions)
                 or is_reserved_name(entry.name)
             ):
-                suffix = "/" if entry.is_dir(follow_symlinks=False) else ""
+                suffix = "/" if entry.is_dir else ""
                 listing.unrecognised.append(relative + suffix)
                 continue
-            info = entry.stat(follow_symlinks=False)
             listing.files.append(
-                LandingFile(batch, Path(entry.path), relative, info.st_size, info.st_mtime_ns)
+                LandingFile(batch, entry.location, relative, entry.size, entry.mtime_ns or 0)
             )
 
 
@@ -354,7 +348,9 @@ def unknown_before(
     hourly folders is then one stat per folder). A file rewritten in place in such a folder
     changes no folder mtime and is not seen here; a rerun over its hour still stages it."""
     root = paths.landing
-    if root.is_symlink() or not root.is_dir():
+    store = store_for(root)
+    found_root = store.info(root)
+    if found_root is None or found_root.is_link or not found_root.is_dir:
         return []
     seen: dict[str, int] = {}
     for known in ledger.values():
@@ -364,39 +360,68 @@ def unknown_before(
     versions = _versions_by_name(ledger)
     extensions = EXTENSIONS[file_format]
     found = []
-    for day_entry in _scan(root):
+    for batch, relative_folder, files in _hour_files_before(store, root, before, seen):
+        for entry in files:
+            if (
+                not entry.is_file()
+                or entry.name.startswith((".", "_"))
+                or not entry.name.lower().endswith(extensions)
+                or is_reserved_name(entry.name)
+            ):
+                continue
+            listed = LandingFile(
+                batch,
+                entry.location,
+                f"{relative_folder}/{entry.name}",
+                entry.size,
+                entry.mtime_ns or 0,
+            )
+            if not is_known(listed, versions):
+                found.append(listed)
+    return found
+
+
+def _hour_of(day_name: str, hour_name: str, before: datetime) -> str | None:
+    """The batch of a dt=/hr= folder pair that starts before `before` (None: not such a folder)."""
+    day = _day(day_name)
+    hour = _HOUR.match(hour_name)
+    if day is None or hour is None:
+        return None
+    start = datetime(day.year, day.month, day.day, int(hour.group(1)), tzinfo=UTC)
+    return batch_id(day_name[3:], hour.group(1)) if start < before else None
+
+
+def _hour_files_before(
+    store: Store, root: Location, before: datetime, seen: dict[str, int]
+) -> Iterable[tuple[str, str, list[Entry]]]:
+    """(batch, relative folder, entries) of every hour folder that starts before `before`.
+
+    On a local file system a folder whose mtime is not after `seen[batch]` is not opened; object
+    storage has no folder times, so the table's landing is listed once, recursively (one
+    paginated listing instead of one request per hour folder)."""
+    if not is_local(root):
+        grouped: dict[tuple[str, str], list[Entry]] = {}
+        for entry in store.walk(root):
+            parts = str(entry.location)[len(str(root)) + 1 :].split("/")
+            if len(parts) == 3:
+                grouped.setdefault((parts[0], parts[1]), []).append(entry)
+        for (day_name, hour_name), entries in sorted(grouped.items()):
+            batch = _hour_of(day_name, hour_name, before)
+            if batch is not None:
+                yield batch, f"{day_name}/{hour_name}", sorted(entries, key=lambda e: e.name)
+        return
+    for day_entry in _scan(store, root):
         day = _day(day_entry.name)
-        if day is None or day > before.date() or not day_entry.is_dir(follow_symlinks=False):
+        if day is None or day > before.date() or not day_entry.is_dir:
             continue
-        for hour_entry in _scan(Path(day_entry.path)):
-            hour = _HOUR.match(hour_entry.name)
-            if hour is None or not hour_entry.is_dir(follow_symlinks=False):
+        for hour_entry in _scan(store, day_entry.location):
+            batch = _hour_of(day_entry.name, hour_entry.name, before)
+            if batch is None or not hour_entry.is_dir:
                 continue
-            start = datetime(day.year, day.month, day.day, int(hour.group(1)), tzinfo=UTC)
-            batch = batch_id(day_entry.name[3:], hour.group(1))
-            if start >= before:
-                continue
-            if hour_entry.stat(follow_symlinks=False).st_mtime_ns <= seen.get(batch, -1):
+            if (hour_entry.mtime_ns or 0) <= seen.get(batch, -1):
                 continue
             relative_folder = f"{day_entry.name}/{hour_entry.name}"
-            for entry in _scan(Path(hour_entry.path)):
-                if (
-                    not entry.is_file(follow_symlinks=False)
-                    or not entry.name.lower().endswith(extensions)
-                    or is_reserved_name(entry.name)
-                ):
-                    continue
-                info = entry.stat(follow_symlinks=False)
-                listed = LandingFile(
-                    batch,
-                    Path(entry.path),
-                    f"{relative_folder}/{entry.name}",
-                    info.st_size,
-                    info.st_mtime_ns,
-                )
-                if not is_known(listed, versions):
-                    found.append(listed)
-    return found
+            yield batch, relative_folder, store.list_dir(hour_entry.location)
 
 
 class ChangingFileError(OSError):
@@ -428,16 +453,16 @@ class _GzipCheck:
             raise OSError("not valid gzip data (the file ends inside a compressed block)")
 
 
-def file_digest(path: Path) -> tuple[str, int, int]:
+def file_digest(path: Location) -> tuple[str, int, int]:
     """(sha256, size, mtime_ns) of a regular file, never through a link (O_NOFOLLOW).
 
     Raises OSError when it cannot be read, or when it changed while it was hashed.
     """
-    descriptor = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | getattr(os, "O_NONBLOCK", 0))
-    with os.fdopen(descriptor, "rb") as handle:
-        before = os.fstat(handle.fileno())
-        if not stat.S_ISREG(before.st_mode):
-            raise OSError(f"{path.name} is not a regular file")
+    store = store_for(path)
+    before = store.info(path)
+    if before is None:
+        raise FileNotFoundError(2, "No such file or directory")
+    with store.open_read(path) as handle:
         digest = hashlib.sha256()
         gzipped = _GzipCheck() if path.name.lower().endswith(".gz") else None
         while chunk := handle.read(HASH_CHUNK):
@@ -446,19 +471,18 @@ def file_digest(path: Path) -> tuple[str, int, int]:
                 gzipped.feed(chunk)
         if gzipped is not None:
             gzipped.finish()
-        after = os.fstat(handle.fileno())
-    if (before.st_size, before.st_mtime_ns) != (after.st_size, after.st_mtime_ns):
+    after = store.info(path)
+    if after is None or (before.size, before.mtime_ns) != (after.size, after.mtime_ns):
         raise ChangingFileError(f"{path.name} changed while it was read")
-    return digest.hexdigest(), after.st_size, after.st_mtime_ns
+    return digest.hexdigest(), after.size, after.mtime_ns or 0
 
 
 def has_changed(landing_file: LandingFile) -> bool:
     """True when the file's size or mtime is no longer what its listing saw (or it is gone)."""
-    try:
-        info = os.lstat(landing_file.path)
-    except OSError:
+    info = store_for(landing_file.path).info(landing_file.path)
+    if info is None:
         return True
-    return (info.st_size, info.st_mtime_ns) != (landing_file.size, landing_file.mtime_ns)
+    return (info.size, info.mtime_ns) != (landing_file.size, landing_file.mtime_ns)
 
 
 @dataclass(frozen=True)
@@ -726,8 +750,7 @@ def probe_parquet(landing_file: LandingFile) -> dict[str, str]:
 
     Raises OSError or pyarrow's ArrowException when the footer cannot be read.
     """
-    descriptor = os.open(landing_file.path, os.O_RDONLY | os.O_NOFOLLOW)
-    with os.fdopen(descriptor, "rb") as handle:
+    with store_for(landing_file.path).open_read(landing_file.path) as handle:
         schema = pq.ParquetFile(handle).schema_arrow
     return {f.name: spark_type_of(f.type) for f in schema}
 

@@ -5,10 +5,10 @@ from __future__ import annotations
 import sys
 from collections import Counter
 from collections.abc import Sequence
-from pathlib import Path
 
 from deltalake.exceptions import CommitFailedError
 
+from cdc_pipeline.paths import Location
 from spark_jobs import delta
 from spark_jobs.common import StepArgs, StepContext, StepReport, run_step
 
@@ -35,7 +35,7 @@ def partitions_needing_optimize(snapshot: delta.Snapshot) -> list[str | None] | 
     )
 
 
-def optimize_table(path: Path, zorder_by: Sequence[str] = ()) -> tuple[int, int, int]:
+def optimize_table(path: Location, zorder_by: Sequence[str] = ()) -> tuple[int, int, int]:
     """Bin-pack (and Z-order) a table where it has several files: (files before, after, partitions)."""
 
     def attempt(_: int) -> tuple[int, int, int] | None:
@@ -63,7 +63,7 @@ def optimize_table(path: Path, zorder_by: Sequence[str] = ()) -> tuple[int, int,
     return delta.with_retries(f"{path}: optimize", attempt)
 
 
-def checkpoint(path: Path) -> None:
+def checkpoint(path: Location) -> None:
     """Write a checkpoint so readers need not replay every commit."""
     snapshot = delta.load_snapshot(path)
     if snapshot.table is not None:

@@ -17,7 +17,6 @@ from __future__ import annotations
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from pyspark.sql import DataFrame, Window
@@ -27,6 +26,7 @@ from cdc_pipeline.columns import TECHNICAL_PREFIX
 from cdc_pipeline.config import TableConfig
 from cdc_pipeline.errors import ConfigError
 from cdc_pipeline.intervals import Interval
+from cdc_pipeline.paths import Location
 from spark_jobs import applied, catalog, delta, history
 from spark_jobs.absent import fill_absent
 from spark_jobs.append_only import append_inserts
@@ -334,7 +334,7 @@ class _Rewrite:
     context: StepContext
     changes: DataFrame
     changed: ChangedKeys
-    routes: dict[str, tuple[Path, list[str], list[str]]]
+    routes: dict[str, tuple[Location, list[str], list[str]]]
     report: StepReport
     cut: Cut | None = None
     tombstones_added: int = 0

@@ -2,221 +2,341 @@
 object storage (`s3://bucket/prefix`), so the steps list landing folders, read files, adopt
 written files and clean up through one interface instead of `os`/`pathlib` calls.
 
-NOT WIRED INTO THE STEPS YET (issue 25, item 2): this is the first piece of object storage for the
-steps. `LocalStore` is meant to hold today's calls verbatim (`os.scandir`, `os.open` with
-`O_NOFOLLOW`, `os.replace`), so the hostile-name and symlink behaviour stays what the tests pin;
-`S3Store` is the same interface over `pyarrow.fs.S3FileSystem`, configured from the AWS
-environment variables delta-rs and the Spark sessions read (spark_jobs/object_store.py).
+`LocalStore` holds the calls the steps made before (`os.scandir`, `os.open` with `O_NOFOLLOW`,
+`os.replace`), so the hostile-name and symlink behaviour stays what the tests pin; `S3Store` is
+the same interface over `pyarrow.fs.S3FileSystem`, configured from the AWS environment variables
+delta-rs and the Spark sessions read (spark_jobs/object_store.py).
 
-Object storage has no links and no atomic rename: `move` there is copy + delete (a file the
-steps adopt is written once, under a name nobody else uses, so a crash between the two leaves a
-copy the next run's recovery finds, as a crash between Spark's write and the commit does today).
+What object storage does not have, and what the steps do instead:
+- No links: nothing to refuse.
+- No folder modification times: a folder's entries are listed (one paginated LIST per prefix)
+  where a local folder's mtime would have said "unchanged since the last run".
+- No rename: `move` is a server-side copy, then the delete. A file the steps adopt is written
+  once, under a name nobody else uses, and is not in any commit yet: a crash between the two
+  leaves an uncommitted copy, as a crash between Spark's write and the commit does anywhere;
+  vacuum removes it.
 """
 
 from __future__ import annotations
 
+import contextlib
+import functools
+import io
 import os
 import shutil
 import stat
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Protocol
-from urllib.parse import urlsplit
+from typing import IO, Any, Protocol
+
+from cdc_pipeline.paths import Location, ObjectPath
 
 
 @dataclass(frozen=True)
 class Entry:
-    """One entry of a folder listing."""
+    """One entry of a folder listing (or one file's information)."""
 
     name: str
-    location: str  # the full path or URI of the entry
+    location: Location
     is_dir: bool
     is_link: bool  # a symbolic link (never on object storage)
     size: int
-    mtime_ns: int
+    mtime_ns: int | None  # None: a folder in object storage (no such time there)
+
+    def is_file(self) -> bool:
+        """A regular file (not a folder, not a link)."""
+        return not self.is_dir and not self.is_link
 
 
 class Store(Protocol):
     """What the steps do with files on the driver side."""
 
-    def list_dir(self, location: str) -> list[Entry]:
+    def list_dir(self, location: Location) -> list[Entry]:
         """The folder's entries, by name (a missing folder: an empty list)."""
 
-    def open_read(self, location: str) -> IO[bytes]:
-        """A regular file's bytes, never through a link."""
+    def walk(self, location: Location) -> Iterator[Entry]:
+        """Every file under the folder (links reported, never followed), by location."""
 
-    def exists(self, location: str) -> bool: ...
+    def info(self, location: Location) -> Entry | None:
+        """The entry itself, never through a link (None when it does not exist)."""
 
-    def write_bytes(self, location: str, data: bytes) -> None:
-        """The whole file, replaced at once for readers."""
+    def open_read(self, location: Location) -> IO[bytes]:
+        """A regular file's bytes (seekable), never through a link."""
 
-    def move(self, source: str, target: str) -> None:
+    def read_text(self, location: Location) -> str | None:
+        """A small file's text; None when it does not exist."""
+
+    def write_bytes(self, location: Location, data: bytes) -> None:
+        """The whole file, replaced at once for readers (parent folders made)."""
+
+    def move(self, source: Location, target: Location) -> None:
         """`source` to `target` (parent folders made); replaces `target`."""
 
-    def remove(self, location: str) -> None:
+    def remove(self, location: Location) -> None:
         """The file, if it exists."""
 
-    def remove_tree(self, location: str) -> None:
+    def remove_tree(self, location: Location) -> None:
         """The folder and everything under it, if it exists."""
 
-    def join(self, location: str, *parts: str) -> str: ...
+    def make_dirs(self, location: Location) -> None:
+        """The folder and its parents (nothing to do in object storage)."""
+
+
+def _local(location: Location) -> Path:
+    if not isinstance(location, Path):
+        raise TypeError(f"{location}: not a local path")
+    return location
 
 
 class LocalStore:
     """A local or mounted folder: os calls, links never followed."""
 
-    def list_dir(self, location: str) -> list[Entry]:
+    def _entry(self, entry: os.DirEntry[str]) -> Entry:
+        info = entry.stat(follow_symlinks=False)
+        return Entry(
+            entry.name,
+            Path(entry.path),
+            entry.is_dir(follow_symlinks=False),
+            entry.is_symlink(),
+            info.st_size,
+            info.st_mtime_ns,
+        )
+
+    def list_dir(self, location: Location) -> list[Entry]:
         try:
-            with os.scandir(location) as entries:
-                found = []
-                for entry in entries:
-                    info = entry.stat(follow_symlinks=False)
-                    found.append(
-                        Entry(
-                            entry.name,
-                            entry.path,
-                            entry.is_dir(follow_symlinks=False),
-                            entry.is_symlink(),
-                            info.st_size,
-                            info.st_mtime_ns,
-                        )
-                    )
-        except FileNotFoundError:
+            with os.scandir(_local(location)) as entries:
+                found = [self._entry(e) for e in entries]
+        except (FileNotFoundError, NotADirectoryError):
             return []
         return sorted(found, key=lambda e: e.name)
 
-    def open_read(self, location: str) -> IO[bytes]:
-        descriptor = os.open(location, os.O_RDONLY | os.O_NOFOLLOW | getattr(os, "O_NONBLOCK", 0))
+    def walk(self, location: Location) -> Iterator[Entry]:
+        for entry in self.list_dir(location):
+            if entry.is_dir and not entry.is_link:
+                yield from self.walk(entry.location)
+            else:
+                yield entry
+
+    def info(self, location: Location) -> Entry | None:
+        path = _local(location)
+        try:
+            found = os.lstat(path)
+        except OSError:
+            return None
+        return Entry(
+            path.name,
+            path,
+            stat.S_ISDIR(found.st_mode),
+            stat.S_ISLNK(found.st_mode),
+            found.st_size,
+            found.st_mtime_ns,
+        )
+
+    def open_read(self, location: Location) -> IO[bytes]:
+        path = _local(location)
+        descriptor = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | getattr(os, "O_NONBLOCK", 0))
         handle = os.fdopen(descriptor, "rb")
         if not stat.S_ISREG(os.fstat(handle.fileno()).st_mode):
             handle.close()
-            raise OSError(f"{Path(location).name} is not a regular file")
+            raise OSError(f"{path.name} is not a regular file")
         return handle
 
-    def exists(self, location: str) -> bool:
-        return os.path.lexists(location)
+    def read_text(self, location: Location) -> str | None:
+        try:
+            return _local(location).read_text()
+        except FileNotFoundError:
+            return None
 
-    def write_bytes(self, location: str, data: bytes) -> None:
-        path = Path(location)
+    def write_bytes(self, location: Location, data: bytes) -> None:
+        path = _local(location)
         path.parent.mkdir(parents=True, exist_ok=True)
         scratch = path.with_name(f".{path.name}.{os.getpid()}.tmp")
         scratch.write_bytes(data)
         os.replace(scratch, path)
 
-    def move(self, source: str, target: str) -> None:
-        Path(target).parent.mkdir(parents=True, exist_ok=True)
-        os.replace(source, target)
+    def move(self, source: Location, target: Location) -> None:
+        _local(target).parent.mkdir(parents=True, exist_ok=True)
+        os.replace(_local(source), _local(target))
 
-    def remove(self, location: str) -> None:
-        Path(location).unlink(missing_ok=True)
+    def remove(self, location: Location) -> None:
+        _local(location).unlink(missing_ok=True)
 
-    def remove_tree(self, location: str) -> None:
-        shutil.rmtree(location, ignore_errors=True)
+    def remove_tree(self, location: Location) -> None:
+        shutil.rmtree(_local(location), ignore_errors=True)
 
-    def join(self, location: str, *parts: str) -> str:
-        return str(Path(location, *parts))
+    def make_dirs(self, location: Location) -> None:
+        _local(location).mkdir(parents=True, exist_ok=True)
 
 
-def s3_filesystem(environ: Mapping[str, str] | None = None) -> object:
+def _s3_filesystem() -> object:
     """pyarrow's S3 file system from the AWS environment variables (the ones delta-rs reads)."""
+    env = os.environ
+    key = tuple(
+        env.get(name, "")
+        for name in (
+            "AWS_ENDPOINT_URL_S3",
+            "AWS_ENDPOINT_URL",
+            "AWS_VIRTUAL_HOSTED_STYLE_REQUEST",
+            "AWS_REGION",
+            "AWS_DEFAULT_REGION",
+            "AWS_ACCESS_KEY_ID",
+            "AWS_SECRET_ACCESS_KEY",
+            "AWS_SESSION_TOKEN",
+        )
+    )
+    return _cached_s3_filesystem(key)
+
+
+@functools.lru_cache(maxsize=4)
+def _cached_s3_filesystem(settings: tuple[str, ...]) -> object:
+    from urllib.parse import urlsplit
+
     from pyarrow import fs
 
-    env = os.environ if environ is None else environ
-    endpoint = (env.get("AWS_ENDPOINT_URL_S3") or env.get("AWS_ENDPOINT_URL") or "").strip()
+    endpoint_s3, endpoint, hosted, region, default_region, key, secret, token = settings
     options: dict[str, object] = {}
+    endpoint = (endpoint_s3 or endpoint).strip()
     if endpoint:
         parts = urlsplit(endpoint)
         options["endpoint_override"] = parts.netloc
         options["scheme"] = parts.scheme or "https"
-        options["force_virtual_addressing"] = env.get(
-            "AWS_VIRTUAL_HOSTED_STYLE_REQUEST", ""
-        ).strip().lower() in {"1", "true"}
-    region = (env.get("AWS_REGION") or env.get("AWS_DEFAULT_REGION") or "").strip()
-    if region:
-        options["region"] = region
-    if env.get("AWS_ACCESS_KEY_ID") and env.get("AWS_SECRET_ACCESS_KEY"):
-        options["access_key"] = env["AWS_ACCESS_KEY_ID"]
-        options["secret_key"] = env["AWS_SECRET_ACCESS_KEY"]
-        if env.get("AWS_SESSION_TOKEN"):
-            options["session_token"] = env["AWS_SESSION_TOKEN"]
+        options["force_virtual_addressing"] = hosted.strip().lower() in {"1", "true"}
+    if (region or default_region).strip():
+        options["region"] = (region or default_region).strip()
+    if key and secret:
+        options["access_key"] = key
+        options["secret_key"] = secret
+        if token:
+            options["session_token"] = token
     return fs.S3FileSystem(**options)
+
+
+def _object(location: Location) -> ObjectPath:
+    if not isinstance(location, ObjectPath):
+        raise TypeError(f"{location}: not an s3:// location")
+    return location
+
+
+def _s3_key(location: Location) -> str:
+    path = _object(location)
+    return f"{path.bucket}/{path.key}".rstrip("/")
+
+
+class _NativeRaw(io.RawIOBase):
+    """A pyarrow NativeFile as Python's raw binary file."""
+
+    def __init__(self, native: Any) -> None:
+        self.native = native
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int:
+        data = self.native.read(len(buffer))
+        buffer[: len(data)] = data
+        return len(data)
+
+    def seek(self, offset: int, whence: int = 0) -> int:
+        return int(self.native.seek(offset, whence))
+
+    def tell(self) -> int:
+        return int(self.native.tell())
+
+    def close(self) -> None:
+        if not self.closed:
+            self.native.close()
+        super().close()
 
 
 class S3Store:
     """`s3://bucket/key` locations through pyarrow's S3 client."""
 
-    def __init__(self, environ: Mapping[str, str] | None = None) -> None:
-        self.fs = s3_filesystem(environ)
+    def __init__(self) -> None:
+        self.fs = _s3_filesystem()
 
-    @staticmethod
-    def _key(location: str) -> str:
-        parts = urlsplit(location)
-        return f"{parts.netloc}{parts.path}".rstrip("/")
-
-    def list_dir(self, location: str) -> list[Entry]:
+    def _entry(self, info: object) -> Entry:
         from pyarrow import fs
 
-        selector = fs.FileSelector(self._key(location), allow_not_found=True, recursive=False)
-        found = []
-        for info in self.fs.get_file_info(selector):  # type: ignore[attr-defined]
-            mtime = info.mtime_ns or 0
-            found.append(
-                Entry(
-                    info.base_name,
-                    f"s3://{info.path}",
-                    info.type == fs.FileType.Directory,
-                    False,
-                    int(info.size or 0),
-                    int(mtime),
-                )
-            )
-        return sorted(found, key=lambda e: e.name)
+        path: str = info.path  # type: ignore[attr-defined]
+        bucket, _, key = path.partition("/")
+        is_dir = info.type == fs.FileType.Directory  # type: ignore[attr-defined]
+        mtime = info.mtime_ns  # type: ignore[attr-defined]
+        return Entry(
+            info.base_name,  # type: ignore[attr-defined]
+            ObjectPath(bucket, key),
+            is_dir,
+            False,
+            int(info.size or 0) if not is_dir else 0,  # type: ignore[attr-defined]
+            None if is_dir or mtime is None else int(mtime),
+        )
 
-    def open_read(self, location: str) -> IO[bytes]:
-        return self.fs.open_input_stream(self._key(location))  # type: ignore[attr-defined,no-any-return]
-
-    def exists(self, location: str) -> bool:
+    def _listing(self, location: Location, recursive: bool) -> list[Entry]:
         from pyarrow import fs
 
-        info = self.fs.get_file_info(self._key(location))  # type: ignore[attr-defined]
-        return bool(info.type != fs.FileType.NotFound)
+        selector = fs.FileSelector(_s3_key(location), allow_not_found=True, recursive=recursive)
+        infos = self.fs.get_file_info(selector)  # type: ignore[attr-defined]
+        return [self._entry(i) for i in infos]
 
-    def write_bytes(self, location: str, data: bytes) -> None:
-        with self.fs.open_output_stream(self._key(location)) as out:  # type: ignore[attr-defined]
+    def list_dir(self, location: Location) -> list[Entry]:
+        return sorted(self._listing(location, False), key=lambda e: e.name)
+
+    def walk(self, location: Location) -> Iterator[Entry]:
+        files = [e for e in self._listing(location, True) if not e.is_dir]
+        yield from sorted(files, key=lambda e: str(e.location))
+
+    def info(self, location: Location) -> Entry | None:
+        from pyarrow import fs
+
+        found = self.fs.get_file_info(_s3_key(location))  # type: ignore[attr-defined]
+        if found.type == fs.FileType.NotFound:
+            return None
+        return self._entry(found)
+
+    def open_read(self, location: Location) -> IO[bytes]:
+        native = self.fs.open_input_file(_s3_key(location))  # type: ignore[attr-defined]
+        # A Python file (readline, iteration) over pyarrow's seekable ranged reads.
+        return io.BufferedReader(_NativeRaw(native), buffer_size=1 << 20)
+
+    def read_text(self, location: Location) -> str | None:
+        try:
+            with self.open_read(location) as handle:
+                return handle.read().decode()
+        except FileNotFoundError:
+            return None
+
+    def write_bytes(self, location: Location, data: bytes) -> None:
+        with self.fs.open_output_stream(_s3_key(location)) as out:  # type: ignore[attr-defined]
             out.write(data)  # one PUT: readers see the old object or the new one
 
-    def move(self, source: str, target: str) -> None:
+    def move(self, source: Location, target: Location) -> None:
         # No rename on S3: a server-side copy, then the delete.
-        self.fs.copy_file(self._key(source), self._key(target))  # type: ignore[attr-defined]
-        self.fs.delete_file(self._key(source))  # type: ignore[attr-defined]
+        self.fs.copy_file(_s3_key(source), _s3_key(target))  # type: ignore[attr-defined]
+        self.fs.delete_file(_s3_key(source))  # type: ignore[attr-defined]
 
-    def remove(self, location: str) -> None:
-        if self.exists(location):
-            self.fs.delete_file(self._key(location))  # type: ignore[attr-defined]
+    def remove(self, location: Location) -> None:
+        with contextlib.suppress(FileNotFoundError):
+            self.fs.delete_file(_s3_key(location))  # type: ignore[attr-defined]
 
-    def remove_tree(self, location: str) -> None:
-        from pyarrow import fs
+    def remove_tree(self, location: Location) -> None:
+        entry = self.info(location)
+        if entry is not None and entry.is_dir:
+            self.fs.delete_dir(_s3_key(location))  # type: ignore[attr-defined]
 
-        info = self.fs.get_file_info(self._key(location))  # type: ignore[attr-defined]
-        if info.type == fs.FileType.Directory:
-            self.fs.delete_dir(self._key(location))  # type: ignore[attr-defined]
-
-    def join(self, location: str, *parts: str) -> str:
-        return "/".join([location.rstrip("/"), *parts])
+    def make_dirs(self, location: Location) -> None:
+        return None  # object storage has no folders to make
 
 
-def store_for(location: str) -> Store:
-    """The store of `location`: S3 for `s3://`/`s3a://` URIs, else the local file system."""
-    if urlsplit(location).scheme.lower() in {"s3", "s3a"}:
+def store_for(location: Location) -> Store:
+    """The store of `location`: S3 for an ObjectPath, else the local file system."""
+    if isinstance(location, ObjectPath):
         return S3Store()
     return LocalStore()
 
 
-def walk_files(store: Store, location: str) -> Iterator[Entry]:
-    """Every file under `location`, depth first, by name (links reported, never followed)."""
-    for entry in store.list_dir(location):
-        if entry.is_dir and not entry.is_link:
-            yield from walk_files(store, entry.location)
-        else:
-            yield entry
+def is_local(location: Location) -> bool:
+    """A folder on the local (or a mounted) file system."""
+    return isinstance(location, Path)

@@ -2,15 +2,16 @@
 
 from __future__ import annotations
 
-import shutil
 import sys
 import time
 from collections.abc import Sequence
 
 from cdc_pipeline.config import VACUUM_SAFE_HOURS
 from cdc_pipeline.errors import UsageError
+from cdc_pipeline.paths import Location
 from spark_jobs import delta
 from spark_jobs.common import StepArgs, StepContext, StepReport, run_step
+from spark_jobs.storage import store_for
 
 SAFE_RETENTION_HOURS = VACUUM_SAFE_HOURS  # one number: the config check says the same
 
@@ -49,17 +50,21 @@ def run_vacuum(context: StepContext, retention_hours: int | None, force: bool) -
     return report
 
 
-def remove_abandoned_writes(table_path, hours: int) -> int:  # type: ignore[no-untyped-def]
-    """Delete temporary write folders of crashed runs older than the retention."""
+def remove_abandoned_writes(table_path: Location, hours: int) -> int:
+    """Delete temporary write folders of crashed runs older than the retention (by their newest
+    file: object storage has no folder times)."""
     tmp = table_path / delta.TMP_DIR
-    if not tmp.is_dir():
-        return 0
-    cutoff = time.time() - hours * 3600
+    store = store_for(tmp)
+    cutoff = int((time.time() - hours * 3600) * 1e9)
     removed = 0
-    for folder in tmp.iterdir():
-        if folder.stat().st_mtime <= cutoff:
-            removed += sum(1 for p in folder.rglob("*") if p.is_file())
-            shutil.rmtree(folder, ignore_errors=True)
+    for folder in store.list_dir(tmp):
+        if not folder.is_dir or folder.is_link:
+            continue
+        files = list(store.walk(folder.location))
+        newest = max((f.mtime_ns or 0 for f in files), default=folder.mtime_ns or 0)
+        if newest <= cutoff:
+            removed += len(files)
+            store.remove_tree(folder.location)
     return removed
 
 

@@ -181,6 +181,32 @@ def workspace(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Works
     yield ws
 
 
+@pytest.fixture
+def s3_workspace(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, s3_server: Any
+) -> Iterator[Workspace]:
+    """The workspace with landing and warehouse in a new bucket of the session's S3 server
+    (`s3://<bucket>/landing`, `s3://<bucket>/warehouse`); the AWS variables of that server set
+    for this process and the `cdc` processes it starts."""
+    from cdc_pipeline.paths import ObjectPath
+
+    for name, value in s3_server.environment().items():
+        monkeypatch.setenv(name, value)
+    ws = Workspace(tmp_path, ObjectPath(s3_server.create_bucket()))
+    monkeypatch.setenv("CDC_LANDING", str(ws.landing))
+    monkeypatch.setenv("CDC_WAREHOUSE", str(ws.warehouse))
+    monkeypatch.setenv("CDC_CONFIG", str(ws.config_path))
+    yield ws
+
+
+@pytest.fixture(params=["local", "s3"])
+def any_workspace(request: pytest.FixtureRequest) -> Workspace:
+    """The test once with local folders and once on the S3 server (the same assertions)."""
+    name = "workspace" if request.param == "local" else "s3_workspace"
+    workspace: Workspace = request.getfixturevalue(name)
+    return workspace
+
+
 @pytest.fixture(scope="session")
 def postgres_server() -> Iterator[Any]:
     """One real PostgreSQL 15 with wal2json for the run (tests/postgres.py); each test creates

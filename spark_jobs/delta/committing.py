@@ -13,7 +13,6 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import Any, TypeVar
 
 import pyarrow as pa
@@ -24,9 +23,11 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.types import StructType
 
 from cdc_pipeline.errors import ConcurrentWriteError
+from cdc_pipeline.paths import Location
 from spark_jobs.delta.faults import inject_fault
 from spark_jobs.delta.reading import Snapshot, load_snapshot, read_snapshot
 from spark_jobs.delta.writing import WrittenFiles, write_files
+from spark_jobs.storage import store_for
 
 RUN_ID_KEY = "cdc_run_id"
 
@@ -98,7 +99,7 @@ def commit(
     return find_commit(snapshot.path, snapshot.version, run_id)
 
 
-def find_commit(path: Path, read_version: int, run_id: str) -> CommitResult:
+def find_commit(path: Location, read_version: int, run_id: str) -> CommitResult:
     """Locate our commit after `read_version` and list data commits made between the two.
 
     Reads the commit files of the log (the Delta protocol's `_delta_log/<version>.json`)
@@ -121,7 +122,7 @@ def find_commit(path: Path, read_version: int, run_id: str) -> CommitResult:
 
 
 def data_commits_between(
-    path: Path, after: int, upto: int, ignore: tuple[str, ...] = ()
+    path: Location, after: int, upto: int, ignore: tuple[str, ...] = ()
 ) -> list[int]:
     """Versions in (after, upto] that may have changed what the table holds: every commit but
     the non-data operations and those of the steps named in `ignore`."""
@@ -134,11 +135,10 @@ def data_commits_between(
     return found
 
 
-def _commit_info(path: Path, version: int) -> dict[str, Any] | None:
+def _commit_info(path: Location, version: int) -> dict[str, Any] | None:
     """The commitInfo of one version of the table's log; None when there is no such version."""
-    try:
-        text = (path / "_delta_log" / f"{version:020d}.json").read_text()
-    except FileNotFoundError:
+    text = store_for(path).read_text(path / "_delta_log" / f"{version:020d}.json")
+    if text is None:
         return None
     for line in text.splitlines():
         if line.startswith('{"commitInfo"'):
@@ -202,7 +202,7 @@ def sleep_before_retry(attempt: int) -> None:
 
 
 def append_with_retries(
-    frame: DataFrame, path: Path, step: str, fault_point: str | None = None
+    frame: DataFrame, path: Location, step: str, fault_point: str | None = None
 ) -> tuple[int, int]:
     """Append `frame` to the existing table at `path`; returns (rows, version), retrying conflicts."""
 
@@ -220,7 +220,7 @@ def append_with_retries(
     return with_retries(str(path), attempt)
 
 
-def remove_duplicate_rows(spark: SparkSession, path: Path, step: str) -> int:
+def remove_duplicate_rows(spark: SparkSession, path: Location, step: str) -> int:
     """Rewrite a small set-like table (tombstones) with one copy of each row; returns its version."""
 
     def attempt(_: int) -> int | None:
@@ -238,7 +238,7 @@ def remove_duplicate_rows(spark: SparkSession, path: Path, step: str) -> int:
     return with_retries(f"{path}: removing duplicate rows", attempt)
 
 
-def append_arrow(path: Path, rows: pa.Table) -> None:
+def append_arrow(path: Location, rows: pa.Table) -> None:
     """Append a small driver-side table (the ledger, applied marks) to the Delta table at `path`,
     creating it; an older table gains new columns (merged schema). Appends never conflict with
     each other: delta-rs retries a lost race by itself, so no attempt loop is needed here."""

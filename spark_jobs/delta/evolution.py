@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 from deltalake import CommitProperties, Schema
 from deltalake.exceptions import CommitFailedError
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import StructField, StructType
 
+from cdc_pipeline.paths import Location
 from spark_jobs.delta import committing
 from spark_jobs.delta.reading import load_snapshot, read_snapshot
 from spark_jobs.delta.writing import write_files
@@ -29,7 +28,7 @@ def evolved_schema(current: StructType, target: StructType) -> StructType:
     return StructType(fields)
 
 
-def evolve_table(spark: SparkSession, path: Path, target: StructType) -> list[str]:
+def evolve_table(spark: SparkSession, path: Location, target: StructType) -> list[str]:
     """Give the table at `path` the columns and types of `target`; returns what changed.
 
     New columns are a metadata-only commit (older files read them as null). A widened type

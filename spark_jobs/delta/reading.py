@@ -6,7 +6,6 @@ import json
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime
-from pathlib import Path
 from typing import Any
 from urllib.parse import unquote
 
@@ -19,6 +18,8 @@ from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import StringType, StructField, StructType
 
 from cdc_pipeline.errors import TableDamagedError
+from cdc_pipeline.paths import Location
+from spark_jobs.storage import store_for
 
 FILE_NAME_COLUMN = "_cdc_file_name"
 
@@ -44,7 +45,7 @@ class DataFile:
 class Snapshot:
     """One version of a Delta table, held open so a commit can be made from exactly it."""
 
-    path: Path
+    path: Location
     table: DeltaTable | None
     version: int
     schema: StructType | None
@@ -82,7 +83,7 @@ def spark_schema_of(table: DeltaTable) -> StructType:
     return StructType.fromJson(json.loads(table.schema().to_json()))
 
 
-def open_table(path: Path) -> DeltaTable | None:
+def open_table(path: Location) -> DeltaTable | None:
     """The Delta table at `path` (None when there is none).
 
     Raises TableDamagedError naming the path when its log cannot be read: a corrupt or truncated
@@ -100,7 +101,7 @@ def open_table(path: Path) -> DeltaTable | None:
         ) from error
 
 
-def load_snapshot(path: Path) -> Snapshot:
+def load_snapshot(path: Location) -> Snapshot:
     """The latest version of the table at `path`, or an empty Snapshot when there is none."""
     table = open_table(path)
     if table is None:
@@ -124,7 +125,7 @@ def load_snapshot(path: Path) -> Snapshot:
 
 
 def ensure_table(
-    path: Path, schema: StructType, partition_by: Sequence[str], description: str | None = None
+    path: Location, schema: StructType, partition_by: Sequence[str], description: str | None = None
 ) -> None:
     """Create an empty Delta table at `path` unless one exists (safe when two runs race)."""
     try:
@@ -132,7 +133,7 @@ def ensure_table(
         return
     except TableNotFoundError:
         pass
-    path.mkdir(parents=True, exist_ok=True)
+    store_for(path).make_dirs(path)
     delta_schema = Schema.from_json(schema.json())
     try:
         DeltaTable.create(
@@ -256,7 +257,7 @@ def partition_value_string(value: Any) -> str | None:
     return str(value)
 
 
-def arrow_table_rows(path: Path, columns: list[str] | None = None) -> list[dict[str, Any]]:
+def arrow_table_rows(path: Location, columns: list[str] | None = None) -> list[dict[str, Any]]:
     """Rows of a small metadata table (the ledger) read by delta-rs on the driver."""
     table = open_table(path)
     if table is None:

@@ -3,12 +3,10 @@
 from __future__ import annotations
 
 import json
-import os
-import shutil
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import date, datetime
-from pathlib import Path
+from pathlib import PurePosixPath
 from typing import Any
 from urllib.parse import unquote
 
@@ -17,6 +15,9 @@ import pyarrow.parquet as pq
 from deltalake.transaction import AddAction
 from pyspark.sql import DataFrame
 
+from cdc_pipeline.paths import Location
+from spark_jobs.storage import store_for
+
 TMP_DIR = "_cdc_tmp"
 
 
@@ -24,7 +25,7 @@ TMP_DIR = "_cdc_tmp"
 class WrittenFiles:
     """Files one attempt wrote into a table folder, ready to commit (or to delete)."""
 
-    table_path: Path
+    table_path: Location
     actions: list[AddAction]
 
     @property
@@ -34,13 +35,14 @@ class WrittenFiles:
 
     def delete(self) -> None:
         """Remove the files (after a failed commit): they were never visible to readers."""
+        store = store_for(self.table_path)
         for action in self.actions:
-            (self.table_path / unquote(action.path)).unlink(missing_ok=True)
+            store.remove(self.table_path / unquote(action.path))
 
 
 def write_files(
     df: DataFrame,
-    table_path: Path,
+    table_path: Location,
     partition_by: Sequence[str],
     run_id: str,
     sort_within: Sequence[str] = (),
@@ -53,7 +55,7 @@ def write_files(
     tmp = table_path / TMP_DIR / run_id
     _spark_write(df, tmp, partition_by, sort_within)
     written = _adopt_files(tmp, table_path, len(partition_by), run_id)
-    shutil.rmtree(tmp, ignore_errors=True)
+    store_for(tmp).remove_tree(tmp)
     return written
 
 
@@ -62,7 +64,7 @@ ROUTE_COLUMN = "_cdc_route"
 
 def write_routed(
     df: DataFrame,
-    routes: Mapping[str, tuple[Path, Sequence[str], Sequence[str]]],
+    routes: Mapping[str, tuple[Location, Sequence[str], Sequence[str]]],
     run_id: str,
     sort_within: Sequence[str] = (),
 ) -> dict[str, WrittenFiles]:
@@ -88,12 +90,12 @@ def write_routed(
         written[name] = _adopt_files(
             folder, path, len(partitions), run_id, keep_dirs=bool(partitions), columns=columns
         )
-    shutil.rmtree(tmp, ignore_errors=True)
+    store_for(tmp).remove_tree(tmp)
     return written
 
 
 def _spark_write(
-    df: DataFrame, tmp: Path, partition_by: Sequence[str], sort_within: Sequence[str]
+    df: DataFrame, tmp: Location, partition_by: Sequence[str], sort_within: Sequence[str]
 ) -> None:
     writer_df = df.sortWithinPartitions(*sort_within) if sort_within else df
     writer = writer_df.write.mode("overwrite").option("compression", "snappy")
@@ -103,8 +105,8 @@ def _spark_write(
 
 
 def _adopt_files(
-    tmp: Path,
-    table_path: Path,
+    tmp: Location,
+    table_path: Location,
     partition_depth: int,
     run_id: str,
     keep_dirs: bool = True,
@@ -113,25 +115,29 @@ def _adopt_files(
     """Move the Parquet files Spark wrote under `tmp` into the table folder, as add actions."""
     actions: list[AddAction] = []
     counter = 0
-    sources = sorted(tmp.rglob("*.parquet")) if tmp.exists() else []
-    for source in sources:
-        relative_dir = source.parent.relative_to(tmp)
+    store = store_for(tmp)
+    prefix = f"{tmp}/"
+    sources = [e for e in store.walk(tmp) if e.is_file() and e.name.endswith(".parquet")]
+    for source in sorted(sources, key=lambda e: str(e.location)):
+        relative_dir = PurePosixPath(str(source.location)[len(prefix) :]).parent
         if any(
             part.startswith(".") or (part.startswith("_") and "=" not in part)
             for part in relative_dir.parts
         ):
             continue  # Spark's own bookkeeping, not data
-        metadata = pq.read_metadata(source)
+        with store.open_read(source.location) as handle:
+            metadata = pq.read_metadata(handle)
         rows = metadata.num_rows
         if rows == 0:
-            source.unlink()
+            store.remove(source.location)
             continue
         counter += 1
-        target_dir = relative_dir if keep_dirs else Path()
+        target_dir = relative_dir if keep_dirs else PurePosixPath()
         relative = target_dir / f"part-{counter:05d}-{run_id}.snappy.parquet"
-        target = table_path / relative
-        target.parent.mkdir(parents=True, exist_ok=True)
-        os.replace(source, target)
+        target = table_path
+        for part in relative.parts:
+            target = target / part
+        store.move(source.location, target)
         values: dict[str, str | None] = {}
         for part in target_dir.parts[:partition_depth]:
             key, _, raw = part.partition("=")
@@ -143,13 +149,15 @@ def _adopt_files(
             stats = {
                 kind: {c: v for c, v in by.items() if c in wanted} for kind, by in stats.items()
             }
-        stat = target.stat()
+        adopted = store.info(target)
+        if adopted is None:
+            raise FileNotFoundError(f"{target}: the file just written is gone")
         actions.append(
             AddAction(
                 path=relative.as_posix(),
-                size=stat.st_size,
+                size=adopted.size,
                 partition_values=values,
-                modification_time=int(stat.st_mtime * 1000),
+                modification_time=(adopted.mtime_ns or 0) // 1_000_000,
                 data_change=True,
                 stats=json.dumps({"numRecords": rows, **stats}),
             )

@@ -4,7 +4,6 @@ rows and refused entries to quarantine, and a whole batch refused for its schema
 from __future__ import annotations
 
 from collections.abc import Sequence
-from pathlib import Path
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
@@ -13,6 +12,7 @@ from pyspark.sql.types import LongType, StringType, StructField, StructType
 from cdc_pipeline.config import TableConfig
 from cdc_pipeline.errors import InputError
 from cdc_pipeline.intervals import Interval
+from cdc_pipeline.paths import Location
 from spark_jobs import delta
 from spark_jobs.common import StepContext
 from spark_jobs.formats import ChangeRead
@@ -30,7 +30,7 @@ from spark_jobs.transforms import (
 
 
 def _commit_append(
-    path: Path, frame: DataFrame, partition_by: list[str], step: str, fault_point: str
+    path: Location, frame: DataFrame, partition_by: list[str], step: str, fault_point: str
 ) -> tuple[int, int]:
     """Append `frame` to the table at `path` (created if needed); returns (rows, version)."""
     delta.ensure_table(path, frame.schema, partition_by)
@@ -38,7 +38,7 @@ def _commit_append(
 
 
 def _commit_staging(
-    path: Path, frame: DataFrame, planned: delta.Snapshot
+    path: Location, frame: DataFrame, planned: delta.Snapshot
 ) -> tuple[int, int] | None:
     """Append the staged rows as the first data commit after the snapshot the run planned from
     (its own schema evolution aside); None when another run's commit came first: it may hold
@@ -113,7 +113,7 @@ def _refusal_rows(
     return delta.local_frame(spark, rows, schema)
 
 
-def _evolve_quarantine(spark: SparkSession, path: Path, incoming: StructType) -> None:
+def _evolve_quarantine(spark: SparkSession, path: Location, incoming: StructType) -> None:
     """Quarantine keeps every column as text: add the columns a batch brings (never narrows)."""
     snapshot = delta.load_snapshot(path)
     if snapshot.schema is None:

@@ -4,11 +4,11 @@ and per refused entry, appended after staging and quarantine."""
 from __future__ import annotations
 
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
 
+from cdc_pipeline.paths import Location
 from spark_jobs import delta, landing
 from spark_jobs.staging.plan import StageRows
 from spark_jobs.staging.rows import NEWEST
@@ -52,6 +52,6 @@ def staged_ledger_rows(rows: StageRows, now: datetime, run_id: str) -> list[dict
     return ledger_rows
 
 
-def append_ledger(path: Path, rows: list[dict[str, Any]]) -> None:
+def append_ledger(path: Location, rows: list[dict[str, Any]]) -> None:
     """Append rows to the ledger; an older ledger gains the content columns (merged schema)."""
     delta.append_arrow(path, pa.Table.from_pylist(rows, landing.LEDGER_SCHEMA))

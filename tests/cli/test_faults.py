@@ -14,6 +14,7 @@ from urllib.parse import unquote
 
 import pytest
 
+from cdc_pipeline.paths import Location
 from spark_jobs.transforms import FLAG
 from tests.cli.cdc import cdc, start, summary
 from tests.cli.test_concurrency_and_crashes import (
@@ -25,7 +26,7 @@ from tests.cli.test_concurrency_and_crashes import (
     hour,
     land_two_overlapping_hours,
 )
-from tests.helpers import Workspace, file_paths, table_rows, ts
+from tests.helpers import Workspace, exists, file_paths, files_under, table_rows, ts
 
 pytestmark = [pytest.mark.slow, pytest.mark.connect_only]
 
@@ -61,14 +62,14 @@ def staged(workspace: Workspace) -> list[tuple]:
 
 def tombstones(workspace: Workspace) -> list[tuple]:
     path = workspace.paths("t").tombstones
-    return table_rows(path, ["ID", "TS"]) if (path / "_delta_log").is_dir() else []
+    return table_rows(path, ["ID", "TS"]) if exists(path / "_delta_log") else []
 
 
 def ledger_files(workspace: Workspace) -> list[tuple]:
     return table_rows(workspace.paths("t").ledger, ["batch", "file"])
 
 
-def orphans(table: Path) -> set[str]:
+def orphans(table: Location) -> set[str]:
     """Data files on disk that the table's current version does not reference."""
     return data_files_on_disk(table) - {unquote(p) for p in file_paths(table)}
 
@@ -78,7 +79,7 @@ def vacuum_leaves_no_orphan(workspace: Workspace) -> None:
     contents = {}
     for name in TABLES:
         path = getattr(workspace.paths("t"), name)
-        if (path / "_delta_log").is_dir():
+        if exists(path / "_delta_log"):
             contents[name] = table_rows(path)
     vacuum = cdc(workspace, "vacuum", "t", "--retention-hours", "0", "--force")
     assert vacuum.returncode == 0, vacuum.stderr
@@ -87,8 +88,7 @@ def vacuum_leaves_no_orphan(workspace: Workspace) -> None:
         path = getattr(workspace.paths("t"), name)
         referenced = {unquote(p) for p in file_paths(path)}
         assert data_files_on_disk(path) == referenced, name
-        leftovers = [p for p in (path / "_cdc_tmp").rglob("*") if p.is_file()]
-        assert leftovers == [], name
+        assert files_under(path / "_cdc_tmp") == set(), name
         assert table_rows(path) == rows, name  # the vacuum changed no data
 
 
@@ -149,6 +149,35 @@ def test_run_killed_at_a_point_then_rerun(
     assert table_rows(paths.final, FINAL) == EXPECTED
 
 
+@pytest.mark.parametrize("point", ["stage:before_staging_commit", "overwrite_final:before_commit"])
+def test_run_killed_on_object_storage_then_rerun(point: str, s3_workspace: Workspace) -> None:
+    """The kills that leave written, uncommitted files behind, with the tables in S3 (no
+    rename there: files are adopted by copy and delete)."""
+    workspace = s3_workspace
+    workspace.configure(YEARLY)
+    land_two_overlapping_hours(workspace)
+    done = cdc(workspace, "run", "t", *hour(0))
+    assert done.returncode == 0, done.stderr
+    paths = workspace.paths("t")
+    final_files = file_paths(paths.final)
+    staged_after_kill, final_after_kill, tombstones_after_kill, written_in = KILLS[point]
+    killed = cdc(workspace, "run", "t", *hour(1), CDC_FAULT=point)
+    assert killed.returncode == -signal.SIGKILL, killed.stderr
+    assert table_rows(paths.final, FINAL) == sorted(final_after_kill, key=repr)
+    assert file_paths(paths.final) == final_files
+    assert staged(workspace) == sorted(staged_after_kill, key=repr)
+    assert tombstones(workspace) == tombstones_after_kill
+    assert written_in is not None and orphans(getattr(paths, written_in))
+    rerun = cdc(workspace, "run", "t", *hour(1))
+    assert rerun.returncode == 0, rerun.stderr
+    assert table_rows(paths.final, FINAL) == EXPECTED
+    assert staged(workspace) == sorted(HOUR_0 + HOUR_1, key=repr)
+    assert tombstones(workspace) == TOMBSTONE_OF_3
+    assert ledger_files(workspace) == [("2024-01-01T00", "a.csv"), ("2024-01-01T01", "a.csv")]
+    vacuum_leaves_no_orphan(workspace)
+    assert table_rows(paths.final, FINAL) == EXPECTED
+
+
 def land_third_hour(workspace: Workspace) -> None:
     """Hour 2: touches keys and partitions of hours 0 and 1, with two late changes that lose."""
     workspace.land(
@@ -176,8 +205,9 @@ STAGED_THREE_HOURS = HOUR_0 + HOUR_1 + HOUR_2
 
 
 def test_three_overlapping_runs_committing_from_the_same_snapshot(
-    workspace: Workspace, tmp_path: Path
+    any_workspace: Workspace, tmp_path: Path
 ) -> None:
+    workspace = any_workspace
     workspace.configure(YEARLY)
     land_two_overlapping_hours(workspace)
     land_third_hour(workspace)

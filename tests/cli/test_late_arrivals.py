@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from tests.cli.cdc import cdc, start, summary
-from tests.helpers import Workspace, table_rows
+from tests.helpers import Workspace, exists, table_rows
 
 pytestmark = pytest.mark.slow
 
@@ -42,12 +42,13 @@ def run(workspace: Workspace, start: str, end: str, *extra: str) -> dict[str, st
 
 def final(workspace: Workspace) -> list[tuple[Any, ...]]:
     path = workspace.paths("t").final
-    return table_rows(path, ["ID", "VALUE"]) if path.exists() else []
+    return table_rows(path, ["ID", "VALUE"]) if exists(path) else []
 
 
 def test_a_file_landing_in_an_old_hour_after_its_run_is_applied_by_the_next_run(
-    workspace: Workspace,
+    any_workspace: Workspace,
 ) -> None:
+    workspace = any_workspace
     workspace.configure(TABLE)
     workspace.land("t", "2024-01-01T00", "a.csv", [change("I", 1, 1, "00:10:00")])
     first = run(workspace, "00:00", "01:00")
@@ -98,8 +99,9 @@ def test_one_run_after_an_outage_applies_every_missed_hour(workspace: Workspace)
 
 
 def test_a_file_outside_the_window_is_counted_and_named_never_staged_silently(
-    workspace: Workspace,
+    any_workspace: Workspace,
 ) -> None:
+    workspace = any_workspace
     workspace.configure({**TABLE, "late_arrival_window": "2h"})
     workspace.land("t", "2024-01-01T05", "now.csv", [change("I", 1, 1, "05:10:00")])
     workspace.land("t", "2024-01-01T01", "old.csv", [change("I", 2, 1, "01:10:00")])
@@ -134,8 +136,9 @@ def test_a_late_older_update_of_a_deleted_key_never_brings_it_back(workspace: Wo
 
 
 def test_late_files_staged_then_reset_and_optimized_are_applied_once(
-    workspace: Workspace,
+    any_workspace: Workspace,
 ) -> None:
+    workspace = any_workspace
     workspace.configure(TABLE)
     workspace.land(
         "t",
