@@ -16,12 +16,15 @@ import time
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
 
 from cdc_airflow.local import connect_connection
+from cdc_pipeline.paths import ObjectPath
 from cdc_tools.demo import queue_backfill
+from spark_jobs.storage import store_for
 from tests.e2e.airflow_env import BIN, AirflowEnv, free_port
 from tests.helpers import Workspace, table_rows
 
@@ -42,7 +45,7 @@ def row(name: str) -> dict:
     }
 
 
-TABLES = ["t_dagtest", "t_backfill", "t_rest", "t_cluster"]
+TABLES = ["t_dagtest", "t_backfill", "t_rest", "t_cluster", "t_s3"]
 
 
 def land_hours(ws: Workspace, table: str, hours: int) -> list[tuple[int, int]]:
@@ -317,6 +320,40 @@ def test_the_same_dag_runs_on_a_spark_standalone_cluster(
         assert f"--master {spark_cluster}" in result.stdout + result.stderr
     assert table_rows(ws.paths("t_cluster").final, ["ID", "VALUE"]) == expected
     assert BIN.exists()
+
+
+def test_a_dag_runs_with_landing_and_warehouse_on_object_storage(
+    airflow: tuple[AirflowEnv, Workspace], s3_server: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """One table's DAG in Connect mode (the shared warm server) with CDC_LANDING and
+    CDC_WAREHOUSE in a bucket of a real S3 server: stage, overwrite-final, optimize and check
+    (its result file written to the bucket) run in the task process as they do on local folders."""
+    env, local = airflow
+    for name, value in s3_server.environment().items():
+        monkeypatch.setenv(name, value)  # the task processes inherit them
+    ws = Workspace(local.root, ObjectPath(s3_server.create_bucket()))
+    expected = land_hours(ws, "t_s3", 2)
+    s3_env = AirflowEnv(
+        env.home,
+        env.config,
+        ws.landing,
+        ws.warehouse,
+        spark_connection=env.spark_default,
+        port=env.port,
+    )
+    for hour in (1, 2):
+        result = s3_env.airflow("dags", "test", "cdc_t_s3", f"2024-01-01T0{hour}:00:00+00:00")
+        window = f"[2024-01-01T0{hour - 1}:00:00Z, 2024-01-01T0{hour}:00:00Z)"
+        assert f"CDC summary: stage t_s3 {window}: " in result.stdout + result.stderr
+    assert table_rows(ws.paths("t_s3").final, ["ID", "VALUE"]) == expected
+    first, second = sorted(s3_env.runs("cdc_t_s3"), key=lambda r: r["logical_date"])
+    assert s3_env.task_states("cdc_t_s3", first["run_id"])["check"] == "success"
+    for run in (first, second):
+        states = s3_env.task_states("cdc_t_s3", run["run_id"])
+        assert (states["stage"], states["overwrite_final"]) == ("success", "success")
+    checked = ws.paths("t_s3").table_root / "_cdc_check.json"
+    assert json.loads(store_for(checked).read_text(checked) or "{}")["ok"] is True
+    assert not (local.root / "s3:").exists()
 
 
 def test_cdc_tables_view_needs_login_and_shows_each_table(
