@@ -22,7 +22,7 @@ from cdc_pipeline.config import TableConfig, load_table_configs
 from cdc_pipeline.paths import Location, TablePaths
 from cdc_pipeline.steps import ERROR_XCOM, count_task_ids
 from spark_jobs.freshness import DataFreshness, data_freshness
-from spark_jobs.storage import store_for
+from spark_jobs.storage import arrow_files, store_for
 
 log = logging.getLogger(__name__)
 
@@ -333,11 +333,13 @@ def top_reasons(
     for action in actions:
         if rows >= max_rows:
             break
-        chosen.append(str(root / unquote(action["path"])))
+        chosen.append(root / unquote(action["path"]))
         rows += int(action.get("num_records") or 0)
     if not chosen:
         return []
-    column = ds.dataset(chosen, format="parquet").to_table(columns=[REASON]).column(REASON)
+    filesystem, files = arrow_files(chosen)
+    dataset = ds.dataset(files, format="parquet", filesystem=filesystem)
+    column = dataset.to_table(columns=[REASON]).column(REASON)
     counts: dict[str, int] = {}
     for value in column.to_pylist():
         if value is not None:

@@ -337,6 +337,14 @@ def store_for(location: Location) -> Store:
     return LocalStore()
 
 
+def arrow_files(locations: list[Location]) -> tuple[Any, list[str]]:
+    """(pyarrow file system, paths) to read these files with pyarrow's readers (datasets): the
+    local file system (None) and the paths, or the S3 client and `bucket/key`s."""
+    if locations and isinstance(locations[0], ObjectPath):
+        return _s3_filesystem(), [_s3_key(location) for location in locations]
+    return None, [str(location) for location in locations]
+
+
 def is_local(location: Location) -> bool:
     """A folder on the local (or a mounted) file system."""
     return isinstance(location, Path)

@@ -131,6 +131,18 @@ def test_run_prints_one_summary_line_with_counts(any_workspace: Workspace) -> No
         "final_version": "1",
     }
     assert table_rows(workspace.paths("t").final, ["ID", "VALUE"]) == [(1, 2), (2, 1)]
+    # The view's row and the alert's reasons read the same tables (local or on S3).
+    from cdc_airflow.alerts import quarantine_reasons
+    from cdc_airflow.table_status import table_status
+
+    (config,) = workspace.configure(TABLE).values()
+    row = table_status(config, [], paths=workspace.paths("t"))
+    assert (row.problem, row.final_rows, row.staging_rows, row.quarantined_rows) == (None, 2, 3, 1)
+    assert [count for _, count in row.top_reasons] == [1]
+    newest = row.commits[0]
+    assert (newest.version, newest.operation, newest.rows_added) == (1, "overwrite_final", 2)
+    (reason,) = quarantine_reasons(workspace.paths("t").quarantine, 1)
+    assert reason.startswith("1 x ") and "Q" in reason
     for command in (["optimize", "t"], ["reset-staging", "t"], ["vacuum", "t"]):
         done = cdc(workspace, *command)
         assert done.returncode == 0, done.stderr
