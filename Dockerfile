@@ -14,7 +14,9 @@ RUN apt-get update \
  && apt-get install -y --no-install-recommends openjdk-17-jre-headless procps curl \
  && rm -rf /var/lib/apt/lists/*
 # The default user of the containers (compose runs them as AIRFLOW_UID:0, 50000 by default).
-RUN useradd --uid 50000 --gid 0 --home-dir /opt/airflow --create-home cdc
+# Any AIRFLOW_UID (group 0, as compose runs it) can write AIRFLOW_HOME (airflow.cfg, task logs).
+RUN useradd --uid 50000 --gid 0 --home-dir /opt/airflow --create-home cdc \
+ && chmod -R g+rwX /opt/airflow
 WORKDIR /opt/cdc
 COPY docker/constraints.txt /opt/cdc/docker/constraints.txt
 COPY . .
@@ -24,9 +26,8 @@ RUN pip install --no-cache-dir --constraint docker/constraints.txt -e . \
       "apache-airflow-providers-celery==3.26.0" \
       "psycopg2-binary>=2.9,<3" "redis>=5,<7" \
  && pip check
-ENV CDC_LANDING=/data/landing \
-    CDC_WAREHOUSE=/data/warehouse \
-    CDC_CONFIG=/opt/cdc/config/tables.yaml \
+# CDC_LANDING and CDC_WAREHOUSE are the deployment's (docker-compose.yaml: s3://cdc/...).
+ENV CDC_CONFIG=/opt/cdc/config/tables.yaml \
     AIRFLOW_HOME=/opt/airflow \
     SPARK_HOME=/usr/local/lib/python3.11/site-packages/pyspark
 USER 50000

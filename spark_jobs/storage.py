@@ -171,8 +171,12 @@ class LocalStore:
 
 def _s3_filesystem() -> object:
     """pyarrow's S3 file system from the AWS environment variables (the ones delta-rs reads)."""
+    return _cached_s3_filesystem(_s3_settings())
+
+
+def _s3_settings() -> tuple[str, ...]:
     env = os.environ
-    key = tuple(
+    return tuple(
         env.get(name, "")
         for name in (
             "AWS_ENDPOINT_URL_S3",
@@ -185,14 +189,17 @@ def _s3_filesystem() -> object:
             "AWS_SESSION_TOKEN",
         )
     )
-    return _cached_s3_filesystem(key)
 
 
 @functools.lru_cache(maxsize=4)
 def _cached_s3_filesystem(settings: tuple[str, ...]) -> object:
-    from urllib.parse import urlsplit
-
     from pyarrow import fs
+
+    return fs.S3FileSystem(**_s3_options(settings))
+
+
+def _s3_options(settings: tuple[str, ...]) -> dict[str, object]:
+    from urllib.parse import urlsplit
 
     endpoint_s3, endpoint, hosted, region, default_region, key, secret, token = settings
     options: dict[str, object] = {}
@@ -209,7 +216,7 @@ def _cached_s3_filesystem(settings: tuple[str, ...]) -> object:
         options["secret_key"] = secret
         if token:
             options["session_token"] = token
-    return fs.S3FileSystem(**options)
+    return options
 
 
 def _object(location: Location) -> ObjectPath:
@@ -348,3 +355,50 @@ def arrow_files(locations: list[Location]) -> tuple[Any, list[str]]:
 def is_local(location: Location) -> bool:
     """A folder on the local (or a mounted) file system."""
     return isinstance(location, Path)
+
+
+def make_buckets(uris: list[str]) -> dict[str, bool]:
+    """Create the buckets of these s3:// URIs where they do not exist yet (a deployment's first
+    start: the compose file's init service). The steps themselves never create a bucket, so a
+    mistyped name fails instead of writing where nobody reads. Returns bucket -> created."""
+    from pyarrow import fs
+
+    from cdc_pipeline.paths import as_location
+
+    buckets: dict[str, bool] = {}
+    for uri in uris:
+        location = as_location(uri)
+        if not isinstance(location, ObjectPath):
+            raise ValueError(f"{uri}: not an s3:// URI (only object storage has buckets to make)")
+        buckets[location.bucket] = False
+    client = fs.S3FileSystem(**_s3_options(_s3_settings()), allow_bucket_creation=True)
+    for bucket in buckets:
+        if client.get_file_info(bucket).type == fs.FileType.NotFound:
+            client.create_dir(bucket)
+            buckets[bucket] = True
+    return buckets
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python -m spark_jobs.storage --make-bucket URI...`: the buckets of the URIs exist after it
+    (endpoint and keys from the AWS environment variables, as for the steps). Exit 2 on an error."""
+    import argparse
+    import sys
+
+    from cdc_pipeline.errors import UsageError
+
+    parser = argparse.ArgumentParser(prog="python -m spark_jobs.storage")
+    parser.add_argument("--make-bucket", nargs="+", metavar="URI", required=True)
+    args = parser.parse_args(argv)
+    try:
+        buckets = make_buckets(args.make_bucket)
+    except (UsageError, ValueError, OSError) as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    for bucket, created in buckets.items():
+        print(f"bucket {bucket}: {'created' if created else 'exists'}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

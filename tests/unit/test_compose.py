@@ -28,6 +28,17 @@ AIRFLOW_SERVICES = [
     "airflow-worker",
 ]
 SPARK_SERVICES = ["spark-master", "spark-worker-1", "spark-worker-2", "spark-connect"]
+# How every step reaches landing and warehouse in the object store (the same in each container).
+OBJECT_STORE_ENV = {
+    "CDC_LANDING": "s3://cdc/landing",
+    "CDC_WAREHOUSE": "s3://cdc/warehouse",
+    "AWS_ENDPOINT_URL": "http://object-store:9000",
+    "AWS_ALLOW_HTTP": "true",
+    "AWS_REGION": "us-east-1",
+    "AWS_ACCESS_KEY_ID": "${S3_ACCESS_KEY:?set S3_ACCESS_KEY in .env (see .env.example)}",
+    "AWS_SECRET_ACCESS_KEY": "${S3_SECRET_KEY:?set S3_SECRET_KEY in .env (see .env.example)}",
+    "HADOOP_USER_NAME": "cdc",
+}
 SHARED = [
     "CDC_CONFIG",
     "CDC_LANDING",
@@ -44,7 +55,13 @@ SECRETS = {
     "AIRFLOW__API__SECRET_KEY": "AIRFLOW_SECRET_KEY",
     "AIRFLOW__CORE__FERNET_KEY": "AIRFLOW_FERNET_KEY",
 }
-ENV_SECRETS = [*SECRETS.values(), "AIRFLOW_ADMIN_PASSWORD", "POSTGRES_PASSWORD"]
+ENV_SECRETS = [
+    *SECRETS.values(),
+    "AIRFLOW_ADMIN_PASSWORD",
+    "POSTGRES_PASSWORD",
+    "S3_ACCESS_KEY",
+    "S3_SECRET_KEY",
+]
 FAB = "apache-airflow-providers-fab==3.10.2"
 
 
@@ -61,18 +78,54 @@ def required(variable: str) -> str:
     return f"${{{variable}:?set {variable} in .env (see .env.example)}}"
 
 
-def test_services_and_volumes() -> None:
+def test_services_and_volumes_and_no_volume_shared_between_containers() -> None:
     found = services()
-    assert set(found) == {"postgres", "redis", "airflow-init", *AIRFLOW_SERVICES, *SPARK_SERVICES}
+    assert set(found) == {
+        "postgres",
+        "redis",
+        "object-store",
+        "airflow-init",
+        *AIRFLOW_SERVICES,
+        *SPARK_SERVICES,
+    }
     for name in [*AIRFLOW_SERVICES, *SPARK_SERVICES, "airflow-init"]:
-        assert "cdc-data:/data" in found[name]["volumes"], name
         assert found[name]["build"] == "." and found[name]["image"] == "cdc-lakehouse:latest"
-        assert found[name]["user"] == (
-            "0:0" if name == "airflow-init" else "${AIRFLOW_UID:-50000}:0"
-        )
+        assert found[name]["user"] == "${AIRFLOW_UID:-50000}:0", name  # never root
+    # Each named volume belongs to one service (its own store); the only other mount is the
+    # host's config, read-only: containers on different machines share nothing local.
+    assert set(compose()["volumes"]) == {"object-data", "postgres-data"}
+    owners: dict[str, list[str]] = {}
+    for name, service in found.items():
+        for volume in service.get("volumes", []):
+            source = volume.split(":")[0]
+            if not source.startswith("./"):
+                owners.setdefault(source, []).append(name)
+    assert owners == {"object-data": ["object-store"], "postgres-data": ["postgres"]}
+    # The image lets any AIRFLOW_UID of group 0 write AIRFLOW_HOME (airflow.cfg, task logs).
+    assert "chmod -R g+rwX /opt/airflow" in (REPO / "Dockerfile").read_text()
+
+
+def test_landing_and_warehouse_are_in_the_object_store_for_every_step() -> None:
+    found = services()
+    for name in [*AIRFLOW_SERVICES, *SPARK_SERVICES, "airflow-init"]:
+        environment = found[name]["environment"]
+        for key, value in OBJECT_STORE_ENV.items():
+            assert environment[key] == value, (name, key)
+    store = found["object-store"]
+    assert store["image"].startswith("minio/minio:RELEASE.")  # pinned, never :latest
+    assert store["environment"] == {
+        "MINIO_ROOT_USER": OBJECT_STORE_ENV["AWS_ACCESS_KEY_ID"],
+        "MINIO_ROOT_PASSWORD": OBJECT_STORE_ENV["AWS_SECRET_ACCESS_KEY"],
+    }
+    assert store["ports"] == ["${S3_CONSOLE_BIND:-127.0.0.1}:9001:9001"]  # the console only
+    assert store["healthcheck"]["test"] == ["CMD", "mc", "ready", "local"]
     for name in [*AIRFLOW_SERVICES, "airflow-init"]:
-        assert "airflow-logs:/opt/airflow/logs" in found[name]["volumes"], name
-    assert set(compose()["volumes"]) == {"cdc-data", "airflow-logs", "postgres-data"}
+        assert found[name]["depends_on"]["object-store"] == {"condition": "service_healthy"}
+    # The init service makes the bucket (the steps never create one) before anything runs.
+    script = found["airflow-init"]["command"][-1]
+    assert script.index(
+        'python -m spark_jobs.storage --make-bucket "$${CDC_LANDING}" "$${CDC_WAREHOUSE}"'
+    ) < script.index("airflow db migrate")
 
 
 def test_every_long_running_service_restarts_and_has_a_healthcheck() -> None:
@@ -173,7 +226,7 @@ def test_airflow_settings_match_the_local_set_up(tmp_path: Path) -> None:
         for key in ("CDC_CONFIG", "AIRFLOW__CORE__DAGS_FOLDER", "AIRFLOW__CORE__PLUGINS_FOLDER"):
             assert (REPO / Path(env[key]).relative_to("/opt/cdc")).exists(), key
     data = {found[n]["environment"]["CDC_WAREHOUSE"] for n in [*AIRFLOW_SERVICES, *SPARK_SERVICES]}
-    assert data == {"/data/warehouse"}
+    assert data == {"s3://cdc/warehouse"}
 
 
 def test_spark_default_is_the_spark_connect_server_on_the_cluster(
@@ -302,7 +355,7 @@ def test_docker_compose_refuses_to_start_without_the_env_file(tmp_path: Path) ->
 def fill(directory: Path) -> str:
     """.env.example with a value for every empty secret."""
     text = (REPO / ".env.example").read_text()
-    return re.sub(r"^([A-Z_]+)=$", r"\1=not-a-real-secret-\1", text, flags=re.M)
+    return re.sub(r"^([A-Z0-9_]+)=$", r"\1=not-a-real-secret-\1", text, flags=re.M)
 
 
 def test_docker_compose_validates_the_file_with_the_example_env_filled(tmp_path: Path) -> None:
@@ -314,3 +367,6 @@ def test_docker_compose_validates_the_file_with_the_example_env_filled(tmp_path:
     env = rendered["airflow-apiserver"]["environment"]
     assert env["AIRFLOW__API_AUTH__JWT_SECRET"] == "not-a-real-secret-AIRFLOW_JWT_SECRET"
     assert rendered["airflow-apiserver"]["ports"] == ["127.0.0.1:8080:8080/tcp"]
+    connect = rendered["spark-connect"]["environment"]
+    assert connect["AWS_ACCESS_KEY_ID"] == "not-a-real-secret-S3_ACCESS_KEY"
+    assert connect["CDC_WAREHOUSE"] == "s3://cdc/warehouse"

@@ -3,6 +3,7 @@ listing by name with sizes, reading, replacing writes, moves, removal, walking."
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -10,6 +11,7 @@ from typing import Any
 import pytest
 
 from cdc_pipeline.paths import Location, ObjectPath
+from spark_jobs import storage
 from spark_jobs.storage import LocalStore, S3Store, Store
 
 
@@ -65,3 +67,25 @@ def test_a_local_link_is_listed_as_a_link_and_never_read(tmp_path: Path) -> None
     assert link.is_link and not link.is_dir
     with pytest.raises(OSError):
         store.open_read(link.location)
+
+
+def test_make_bucket_creates_missing_buckets_once_and_refuses_what_is_not_s3(
+    s3_server: Any, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The compose file's init service: `python -m spark_jobs.storage --make-bucket` makes the
+    landing and warehouse bucket on the first start and leaves it alone on the next."""
+    for name, value in s3_server.environment().items():
+        monkeypatch.setenv(name, value)
+    bucket = f"made-{uuid.uuid4().hex[:8]}"
+    uris = [f"s3://{bucket}/landing", f"s3://{bucket}/warehouse"]
+    assert storage.main(["--make-bucket", *uris]) == 0
+    assert capsys.readouterr().out == f"bucket {bucket}: created\n"
+    assert storage.main(["--make-bucket", *uris]) == 0
+    assert capsys.readouterr().out == f"bucket {bucket}: exists\n"
+    store = S3Store()
+    store.write_bytes(ObjectPath(bucket, "landing/x.json"), b"{}\n")
+    assert [e.name for e in store.walk(ObjectPath(bucket, "landing"))] == ["x.json"]
+    assert storage.main(["--make-bucket", "/data/warehouse"]) == 2
+    assert "/data/warehouse: not an s3:// URI" in capsys.readouterr().err
+    assert storage.main(["--make-bucket", "gs://b/x"]) == 2
+    assert "gs://b/x: the steps read and write local folders and s3://" in capsys.readouterr().err
