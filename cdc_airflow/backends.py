@@ -8,13 +8,18 @@ Spark provider keeps one code path per deploy mode):
   provider's `SparkSubmitHook`; the module writes its counts to a JSON file the backend reads.
 
 Both return the step's summary as plain data (the task's XCom; the operator logs its line once)
-and set nothing in the worker's environment (spark-submit's child gets its own).
+and leave the worker's environment as they found it (spark-submit's child gets its own; the
+Connect backend sets the object store's variables of the call only while the step runs).
+
+Object storage credentials come from the environment, or from the Airflow connection
+`cdc_object_store` when it exists (`object_store_environment`), never from the config table.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import os
 import re
 import socket
 import tempfile
@@ -25,13 +30,19 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
-from airflow.sdk.exceptions import AirflowException, AirflowFailException
+from airflow.sdk import BaseHook
+from airflow.sdk.exceptions import (
+    AirflowException,
+    AirflowFailException,
+    AirflowNotFoundException,
+)
 
 from cdc_pipeline.errors import ConfigError, TableDamagedError, UsageError
 from cdc_pipeline.jvm import connect_address
 from cdc_pipeline.steps import Step
 
 log = logging.getLogger(__name__)
+OBJECT_STORE_CONN_ID = "cdc_object_store"
 
 
 class SparkConnectUnavailableError(AirflowException):
@@ -47,6 +58,8 @@ class StepCall:
     config_path: Path | None
     conn_id: str
     tag: str  # names this try's Spark work (Connect: what `kill` interrupts)
+    # The object store's AWS variables from an Airflow connection, over the worker's own.
+    environment: Mapping[str, str] = field(default_factory=dict)
 
 
 class Backend(Protocol):
@@ -55,6 +68,51 @@ class Backend(Protocol):
     def run(self, call: StepCall) -> dict[str, Any]: ...
 
     def kill(self) -> None: ...
+
+
+def object_store_environment(conn_id: str = OBJECT_STORE_CONN_ID) -> dict[str, str]:
+    """The AWS variables the steps, delta-rs and S3A read, from the Airflow connection `conn_id`
+    in the amazon provider's `aws` layout: login = access key id, password = secret access key,
+    extra `region_name`, `endpoint_url` (an S3-compatible server; `http://` allows plain http) and
+    `aws_session_token`. Empty when the connection does not exist (the environment's own
+    variables, or the machine's role, apply); a half-filled key pair fails the task once."""
+    try:
+        connection = BaseHook.get_connection(conn_id)
+    except AirflowNotFoundException:
+        return {}
+    extra = connection.extra_dejson
+    login, password = connection.login or "", connection.password or ""
+    if bool(login) != bool(password):
+        raise AirflowFailException(
+            f"connection '{conn_id}': set both the access key id (login) and the secret access "
+            "key (password), or neither (the environment's or the machine role's credentials)"
+        )
+    found = {
+        "AWS_ACCESS_KEY_ID": login,
+        "AWS_SECRET_ACCESS_KEY": password,
+        "AWS_SESSION_TOKEN": str(extra.get("aws_session_token") or ""),
+        "AWS_REGION": str(extra.get("region_name") or ""),
+        "AWS_ENDPOINT_URL": str(extra.get("endpoint_url") or ""),
+    }
+    if found["AWS_ENDPOINT_URL"].lower().startswith("http://"):
+        found["AWS_ALLOW_HTTP"] = "true"
+    return {name: value for name, value in found.items() if value}
+
+
+@contextmanager
+def environment_applied(values: Mapping[str, str]) -> Iterator[None]:
+    """`values` in os.environ while the block runs (the step reads its S3 settings there), then
+    the worker's own values back."""
+    saved = {name: os.environ.get(name) for name in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
 
 
 def permanent(call: StepCall, error: BaseException) -> AirflowFailException:
@@ -73,6 +131,10 @@ class ConnectBackend:
 
     def run(self, call: StepCall) -> dict[str, Any]:
         self.tag = call.tag
+        with environment_applied(call.environment):
+            return self.run_step(call)
+
+    def run_step(self, call: StepCall) -> dict[str, Any]:
         if call.step.kind == "tables":  # check: its own arguments, one line per table
             return self.run_check(call)
         from spark_jobs.common import load_body, parse_step_args, perform, summary_payload
@@ -217,7 +279,11 @@ class SubmitBackend:
                 jars=self.jars,
                 name=self.name,
                 application_args=list(call.arguments),
-                env_vars={**self.env_vars, "CDC_SUMMARY_PATH": str(summary)},
+                env_vars={
+                    **self.env_vars,
+                    **call.environment,
+                    "CDC_SUMMARY_PATH": str(summary),
+                },
                 spark_binary=self.spark_binary,
             )
             try:

@@ -26,10 +26,12 @@ from airflow.sdk import (
 from airflow.sdk.exceptions import AirflowException, AirflowFailException, AirflowSkipException
 
 from cdc_airflow.backends import (
+    OBJECT_STORE_CONN_ID,
     Backend,
     ConnectBackend,
     StepCall,
     SubmitBackend,
+    object_store_environment,
 )
 from cdc_airflow.operations import dag_arguments, task_arguments
 from cdc_pipeline.config import ConfigLoadResult, default_config_path, load_table_configs
@@ -84,6 +86,8 @@ class CdcStepOperator(BaseOperator, SkipMixin):
 
     The connection's type picks the backend (cdc_airflow.backends): `spark_connect` runs the step
     in this task process as a client of the server; `spark` spark-submits the step's module.
+    The object store's credentials come from the worker's environment or, when it exists, the
+    connection `object_store_conn_id` (`cdc_object_store`).
     Either way the summary line is logged and the counts are returned (so, pushed to XCom). An
     interval with no landed file and no staged batch is a no-op reported without any Spark.
     """
@@ -97,6 +101,7 @@ class CdcStepOperator(BaseOperator, SkipMixin):
         application: str,
         application_args: Sequence[str] = (),
         conn_id: str = "spark_default",
+        object_store_conn_id: str = OBJECT_STORE_CONN_ID,
         name: str = "cdc",
         config_path: str | None = None,
         maintenance_schedule: str | None = None,
@@ -113,6 +118,7 @@ class CdcStepOperator(BaseOperator, SkipMixin):
         self.application = application
         self.application_args = list(application_args)
         self.conn_id = conn_id
+        self.object_store_conn_id = object_store_conn_id
         self.config_path = config_path
         self.maintenance_after = maintenance_after or {}
         self.maintenance_schedule = maintenance_schedule
@@ -180,6 +186,7 @@ class CdcStepOperator(BaseOperator, SkipMixin):
             config_path=Path(self.config_path) if self.config_path else None,
             conn_id=self.conn_id,
             tag=re.sub(r"[^A-Za-z0-9_.:-]", "_", tag),
+            environment=object_store_environment(self.object_store_conn_id),
         )
 
     def post_execute(self, context: Context, result: Any = None) -> None:

@@ -3,6 +3,8 @@ interval, a server that is down, and on_kill interrupting the task's Spark work 
 
 from __future__ import annotations
 
+import json
+import os
 import threading
 import time
 from datetime import UTC, datetime
@@ -12,11 +14,18 @@ from typing import Any
 import pytest
 from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
-from cdc_airflow.backends import ConnectBackend, SparkConnectUnavailableError
+from cdc_airflow.backends import (
+    ConnectBackend,
+    SparkConnectUnavailableError,
+    StepCall,
+    SubmitBackend,
+    object_store_environment,
+)
 from cdc_airflow.connect_server import free_port
 from cdc_airflow.dags import CdcStepOperator
 from cdc_airflow.local import connect_connection
 from cdc_pipeline.jvm import connect_address
+from cdc_pipeline.steps import step_named
 from tests.helpers import Workspace
 
 ROW = {
@@ -92,6 +101,86 @@ def test_a_server_that_is_down_is_a_retryable_error_naming_connection_and_url(
     assert not isinstance(raised.value, AirflowFailException)
     message = str(raised.value)
     assert f"connection 'spark_default' at {dead_server} is not reachable" in message
+
+
+def test_object_store_credentials_come_from_the_airflow_connection(
+    s3_workspace: Workspace, s3_server: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With no AWS variable in the worker, the connection `cdc_object_store` (the amazon
+    provider's layout) gives the endpoint, keys and region: the task reads its landing in the
+    bucket with them, and the worker's environment is as it was afterwards."""
+    s3_workspace.configure(ROW)
+    aws = s3_server.environment()
+    for name in aws:
+        monkeypatch.delenv(name)
+    port = free_port()
+    monkeypatch.setenv("AIRFLOW_CONN_SPARK_DEFAULT", connect_connection(port))
+    connection = {
+        "conn_type": "aws",
+        "login": aws["AWS_ACCESS_KEY_ID"],
+        "password": aws["AWS_SECRET_ACCESS_KEY"],
+        "extra": {"endpoint_url": aws["AWS_ENDPOINT_URL"], "region_name": aws["AWS_REGION"]},
+    }
+    monkeypatch.setenv("AIRFLOW_CONN_CDC_OBJECT_STORE", json.dumps(connection))
+    # The hour's landing folder, listed in the bucket: nothing landed, a no-op without Spark.
+    assert operator(s3_workspace).execute(context())["counts"] == {"noop": "true", "files": 0}
+    for name, value in aws.items():
+        monkeypatch.setenv(name, value)  # the test's own writes to the bucket
+    s3_workspace.land("t", "2024-01-01T00", "a.csv", [{"FLAG": "I", "ID": 1, "TS": "2024-01-01"}])
+    for name in aws:
+        monkeypatch.delenv(name)
+    # A file landed: seen through the connection, so the step goes on to Spark (not running).
+    with pytest.raises(SparkConnectUnavailableError):
+        operator(s3_workspace).execute(context())
+    assert not [name for name in aws if name in os.environ]
+    # A key id without its secret is a mistake a retry cannot mend: it fails once, naming it.
+    monkeypatch.setenv(
+        "AIRFLOW_CONN_CDC_OBJECT_STORE", json.dumps({"conn_type": "aws", "login": "AKIA1"})
+    )
+    with pytest.raises(AirflowFailException, match="connection 'cdc_object_store': set both"):
+        operator(s3_workspace).execute(context())
+
+
+def test_spark_submit_gets_the_connections_object_store_variables(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """spark-submit's child process gets the connection's variables over the worker's own."""
+    monkeypatch.setenv(
+        "AIRFLOW_CONN_CDC_OBJECT_STORE",
+        json.dumps(
+            {
+                "conn_type": "aws",
+                "login": "key",
+                "password": "secret",
+                "extra": {"endpoint_url": "http://minio:9000", "aws_session_token": "tok"},
+            }
+        ),
+    )
+    environment = object_store_environment()
+    assert environment == {
+        "AWS_ACCESS_KEY_ID": "key",
+        "AWS_SECRET_ACCESS_KEY": "secret",
+        "AWS_SESSION_TOKEN": "tok",
+        "AWS_ENDPOINT_URL": "http://minio:9000",
+        "AWS_ALLOW_HTTP": "true",
+    }
+    monkeypatch.setenv("AIRFLOW_CONN_SPARK_DEFAULT", '{"conn_type": "spark", "host": "local"}')
+    submitted: list[dict[str, str]] = []
+
+    def submit(hook: Any, application: str) -> None:
+        submitted.append(dict(hook._env_vars))
+
+    monkeypatch.setattr("cdc_airflow.backends.SparkSubmitHook.submit", submit)
+    backend = SubmitBackend(application="stage.py", name="t", env_vars={"AWS_REGION": "eu-west-1"})
+    call = StepCall(step_named("stage"), ("t",), None, "spark_default", "tag", environment)
+    backend.run(call)
+    (env,) = submitted
+    assert {k: v for k, v in env.items() if k.startswith("AWS_")} == {
+        **environment,
+        "AWS_REGION": "eu-west-1",
+    }
+    monkeypatch.delenv("AIRFLOW_CONN_CDC_OBJECT_STORE")
+    assert object_store_environment() == {}  # no connection: the environment's own apply
 
 
 def test_a_damaged_delta_log_fails_once_naming_the_table_without_retries(

@@ -327,12 +327,24 @@ def test_a_dag_runs_with_landing_and_warehouse_on_object_storage(
 ) -> None:
     """One table's DAG in Connect mode (the shared warm server) with CDC_LANDING and
     CDC_WAREHOUSE in a bucket of a real S3 server: stage, overwrite-final, optimize and check
-    (its result file written to the bucket) run in the task process as they do on local folders."""
+    (its result file written to the bucket) run in the task process as they do on local folders.
+    Airflow has no AWS variable: endpoint, keys and region come from its connection
+    `cdc_object_store`."""
     env, local = airflow
-    for name, value in s3_server.environment().items():
-        monkeypatch.setenv(name, value)  # the task processes inherit them
+    aws = s3_server.environment()
+    for name, value in aws.items():
+        monkeypatch.setenv(name, value)  # this test's own reads and writes
     ws = Workspace(local.root, ObjectPath(s3_server.create_bucket()))
     expected = land_hours(ws, "t_s3", 2)
+    connection = {
+        "conn_type": "aws",
+        "login": aws["AWS_ACCESS_KEY_ID"],
+        "password": aws["AWS_SECRET_ACCESS_KEY"],
+        "extra": {"endpoint_url": aws["AWS_ENDPOINT_URL"], "region_name": aws["AWS_REGION"]},
+    }
+    for name in aws:
+        monkeypatch.delenv(name)  # Airflow (started below) gets none of them
+    monkeypatch.setenv("AIRFLOW_CONN_CDC_OBJECT_STORE", json.dumps(connection))
     s3_env = AirflowEnv(
         env.home,
         env.config,
@@ -345,6 +357,8 @@ def test_a_dag_runs_with_landing_and_warehouse_on_object_storage(
         result = s3_env.airflow("dags", "test", "cdc_t_s3", f"2024-01-01T0{hour}:00:00+00:00")
         window = f"[2024-01-01T0{hour - 1}:00:00Z, 2024-01-01T0{hour}:00:00Z)"
         assert f"CDC summary: stage t_s3 {window}: " in result.stdout + result.stderr
+    for name, value in aws.items():
+        monkeypatch.setenv(name, value)
     assert table_rows(ws.paths("t_s3").final, ["ID", "VALUE"]) == expected
     first, second = sorted(s3_env.runs("cdc_t_s3"), key=lambda r: r["logical_date"])
     assert s3_env.task_states("cdc_t_s3", first["run_id"])["check"] == "success"
