@@ -12,6 +12,7 @@ import json
 import os
 import signal
 import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from datetime import UTC, datetime
@@ -368,6 +369,25 @@ def test_a_dag_runs_with_landing_and_warehouse_on_object_storage(
     checked = ws.paths("t_s3").table_root / "_cdc_check.json"
     assert json.loads(store_for(checked).read_text(checked) or "{}")["ok"] is True
     assert not (local.root / "s3:").exists()
+    # overwrite-final registered the table in the Connect server's catalog at its bucket
+    # location: a user of the same server reads it by name (a client process of its own: this
+    # one's PySpark must stay classic for the other tests).
+    server = json.loads(env.spark_default)
+    query = (
+        "import json, sys; from spark_jobs.session import build_connect_session; "
+        "spark = build_connect_session(sys.argv[1], 'e2e-catalog'); "
+        "rows = spark.table('cdc.t_s3').select('ID', 'VALUE').collect(); "
+        "print(json.dumps(sorted([list(r) for r in rows]))); spark.stop()"
+    )
+    read = subprocess.run(
+        [sys.executable, "-c", query, f"sc://{server['host']}:{server['port']}"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert read.returncode == 0, read.stderr[-2000:]
+    assert [tuple(row) for row in json.loads(read.stdout.splitlines()[-1])] == expected
 
 
 def test_cdc_tables_view_needs_login_and_shows_each_table(
