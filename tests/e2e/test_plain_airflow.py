@@ -1,0 +1,156 @@
+"""The DAG package in an Airflow nobody prepared for it, as MWAA, Composer and Astronomer users
+deploy one: `dags/` and `plugins/` copied into the DAGs and plugins folders of `airflow
+standalone` (Airflow's own defaults: its executor, parallelism and auth manager; no launcher,
+no pool, no variable), `CDC_CONFIG` set and `spark_default` pointing at a Spark Connect server.
+A backfill queued with Airflow's own CLI runs to the exact table."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import sqlite3
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from cdc_airflow.connect_server import free_port
+from cdc_airflow.local import connect_connection
+from cdc_airflow.runs import MetadataDB, wait_for_dag_runs
+from cdc_pipeline.jvm import connect_address
+from tests.e2e.test_airflow import land_hours, row
+from tests.helpers import Workspace, table_rows
+
+pytestmark = pytest.mark.slow
+
+REPO = Path(__file__).resolve().parents[2]
+AIRFLOW = Path(sys.executable).parent / "airflow"
+
+
+def plain_environment(
+    home: Path, deploy: Path, ws: Workspace, spark_default: str
+) -> dict[str, str]:
+    """The machine's environment without any Airflow or CDC setting of this project's launcher,
+    plus what a user sets for a deployment: where Airflow lives, the DAG and plugin folders,
+    the config table, landing and warehouse, and spark_default."""
+    env = {
+        name: value
+        for name, value in os.environ.items()
+        if not name.startswith(("AIRFLOW", "CDC_", "SPARK_", "PYSPARK"))
+    }
+    port = free_port()  # not 8080: another Airflow may run on this machine
+    env.update(
+        # standalone starts its components as `airflow ...` from PATH, as an installed Airflow.
+        PATH=f"{AIRFLOW.parent}{os.pathsep}{env.get('PATH', '')}",
+        AIRFLOW_HOME=str(home),
+        AIRFLOW__CORE__DAGS_FOLDER=str(deploy / "dags"),
+        AIRFLOW__CORE__PLUGINS_FOLDER=str(deploy / "plugins"),
+        AIRFLOW__CORE__LOAD_EXAMPLES="False",
+        AIRFLOW__API__PORT=str(port),
+        # Where task processes reach the api-server (Airflow's default assumes port 8080).
+        AIRFLOW__CORE__EXECUTION_API_SERVER_URL=f"http://localhost:{port}/execution/",
+        AIRFLOW_CONN_SPARK_DEFAULT=spark_default,
+        CDC_CONFIG=str(ws.config_path),
+        CDC_LANDING=str(ws.landing),
+        CDC_WAREHOUSE=str(ws.warehouse),
+    )
+    return env
+
+
+@pytest.fixture
+def standalone(tmp_path: Path, connect_server: Any) -> Iterator[tuple[dict[str, str], Workspace]]:
+    """`airflow standalone` with the package deployed into it; stopped by its process group."""
+    deploy = tmp_path / "deploy"
+    for folder in ("dags", "plugins"):
+        shutil.copytree(
+            REPO / folder, deploy / folder, ignore=shutil.ignore_patterns("__pycache__")
+        )
+    ws = Workspace(tmp_path / "data")
+    ws.root.mkdir(parents=True)
+    ws.config_path.write_text(yaml.safe_dump({"tables": [row("plain")]}))
+    host, port = connect_address(connect_server.url)
+    env = plain_environment(tmp_path / "home", deploy, ws, connect_connection(port, host))
+    log = (tmp_path / "standalone.log").open("w")
+    process = subprocess.Popen(
+        [str(AIRFLOW), "standalone"],
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
+    try:
+        yield env, ws
+    finally:
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGTERM)
+            try:
+                process.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                os.killpg(process.pid, signal.SIGKILL)
+                process.wait(timeout=10)
+        log.close()
+
+
+def airflow_cli(env: dict[str, str], *args: str) -> str:
+    result = subprocess.run(
+        [str(AIRFLOW), *args], env=env, capture_output=True, text=True, timeout=300, check=False
+    )
+    assert result.returncode == 0, (args, result.stderr[-3000:])
+    return result.stdout
+
+
+def test_a_backfill_runs_to_the_exact_table_in_an_airflow_nobody_prepared(
+    standalone: tuple[dict[str, str], Workspace],
+) -> None:
+    env, ws = standalone
+    expected = land_hours(ws, "plain", 3)
+    db = MetadataDB(Path(env["AIRFLOW_HOME"]) / "airflow.db")
+    # The dag-processor has parsed the copied DAG file (standalone migrates the DB first).
+    wait_until_parsed(db, "cdc_plain")
+    airflow_cli(env, "dags", "unpause", "cdc_plain")
+    airflow_cli(
+        env,
+        "backfill",
+        "create",
+        "--dag-id",
+        "cdc_plain",
+        "--from-date",
+        "2024-01-01T00:00:00+00:00",
+        "--to-date",
+        "2024-01-01T02:00:00+00:00",
+    )
+    runs = wait_for_dag_runs(
+        db,
+        ["cdc_plain"],
+        3,
+        lambda r: r.run_type == "backfill",
+        "plain airflow backfill",
+        timeout=900,
+    )
+    assert sorted(r.state for r in runs) == ["success"] * 3, runs
+    assert table_rows(ws.paths("plain").final, ["ID", "VALUE"]) == expected
+    # Nothing was made for the package: the only pool is Airflow's own.
+    with sqlite3.connect(f"file:{db.path}?mode=ro", uri=True) as connection:
+        pools = [name for (name,) in connection.execute("SELECT pool FROM slot_pool")]
+    assert pools == ["default_pool"]
+
+
+def wait_until_parsed(db: MetadataDB, dag_id: str, timeout: float = 300) -> None:
+    """Wait until the DAG is in the metadata DB (parsed), naming import errors if it never is."""
+    import time
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            if db.paused([dag_id]):
+                return
+        except sqlite3.OperationalError:
+            pass  # the DB is not migrated yet
+        time.sleep(2)
+    errors = db.import_errors() if db.path.exists() else []
+    raise AssertionError(f"{dag_id} was not parsed within {timeout:.0f} s; import errors: {errors}")
