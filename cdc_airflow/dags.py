@@ -8,6 +8,7 @@ import os
 import re
 import sys
 from collections.abc import Sequence
+from contextlib import ExitStack
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -31,6 +32,7 @@ from cdc_airflow.backends import (
     ConnectBackend,
     StepCall,
     SubmitBackend,
+    environment_applied,
     object_store_environment,
 )
 from cdc_airflow.operations import dag_arguments, task_arguments
@@ -134,6 +136,11 @@ class CdcStepOperator(BaseOperator, SkipMixin):
         )
         self._backend: Backend | None = None
         self._cdc_report: dict[str, Any] = {}
+        # The object store's variables from the connection, applied from execute until
+        # post_execute: the step and the post_execute hooks that read the tables (the
+        # quarantine's reasons, data freshness) use them; then the worker's own are back.
+        self._object_store_env: dict[str, str] = {}
+        self._applied = ExitStack()
 
     def execute(self, context: Context) -> dict[str, Any]:
         if self.is_maintenance:
@@ -146,8 +153,11 @@ class CdcStepOperator(BaseOperator, SkipMixin):
                 )
         self._backend = self.backend()
         try:
+            self._object_store_env = object_store_environment(self.object_store_conn_id)
+            self._applied.enter_context(environment_applied(self._object_store_env))
             report = self._backend.run(self.step_call(context))
         except Exception as error:
+            self._applied.close()
             self.record_failure(context, error)
             raise
         self.log.info("CDC summary: %s", report.get("line", "(none written)"))
@@ -186,7 +196,7 @@ class CdcStepOperator(BaseOperator, SkipMixin):
             config_path=Path(self.config_path) if self.config_path else None,
             conn_id=self.conn_id,
             tag=re.sub(r"[^A-Za-z0-9_.:-]", "_", tag),
-            environment=object_store_environment(self.object_store_conn_id),
+            environment=self._object_store_env,
         )
 
     def post_execute(self, context: Context, result: Any = None) -> None:
@@ -195,6 +205,7 @@ class CdcStepOperator(BaseOperator, SkipMixin):
         Here rather than in execute: skipping ends the task (Airflow's DownstreamTasksSkipped, a
         success), and raised from execute it would also skip the post_execute hooks.
         """
+        self._applied.close()  # the post_execute hooks ran before this method
         super().post_execute(context, result)
         if self.maintenance_after:
             self.skip_maintenance_not_due(context, self._cdc_report)

@@ -123,7 +123,15 @@ def test_object_store_credentials_come_from_the_airflow_connection(
     }
     monkeypatch.setenv("AIRFLOW_CONN_CDC_OBJECT_STORE", json.dumps(connection))
     # The hour's landing folder, listed in the bucket: nothing landed, a no-op without Spark.
-    assert operator(s3_workspace).execute(context())["counts"] == {"noop": "true", "files": 0}
+    task = operator(s3_workspace)
+    report = task.execute(context())
+    assert report["counts"] == {"noop": "true", "files": 0}
+    # The variables stay for the post_execute hooks (the quarantine's reasons and data freshness
+    # read the tables; Airflow's task runner calls them between execute and post_execute), and
+    # the worker's own environment is back after post_execute.
+    assert os.environ.get("AWS_ENDPOINT_URL") == aws["AWS_ENDPOINT_URL"]
+    task.post_execute(context(), report)
+    assert not [name for name in aws if name in os.environ]
     for name, value in aws.items():
         monkeypatch.setenv(name, value)  # the test's own writes to the bucket
     s3_workspace.land("t", "2024-01-01T00", "a.csv", [{"FLAG": "I", "ID": 1, "TS": "2024-01-01"}])
