@@ -15,7 +15,7 @@ import pytest
 from deltalake import DeltaTable
 
 from tests.cli.cdc import cdc, summary
-from tests.helpers import Workspace, table_rows
+from tests.helpers import Workspace, exists, table_rows
 
 pytestmark = pytest.mark.slow
 
@@ -68,7 +68,7 @@ def hadoop_checksum(content: bytes, bytes_per_sum: int = 512) -> bytes:
 
 def quarantine(workspace: Workspace, table: str) -> list[dict[str, Any]]:
     path = workspace.paths(table).quarantine
-    return DeltaTable(str(path)).to_pyarrow_table().to_pylist() if path.exists() else []
+    return DeltaTable(str(path)).to_pyarrow_table().to_pylist() if exists(path) else []
 
 
 def test_every_landed_name_is_read_as_exactly_that_file(workspace: Workspace) -> None:
@@ -242,3 +242,35 @@ def test_a_zorder_column_the_data_lacks_fails_the_first_run_with_one_line(
         "name columns the change files carry"
     )
     assert not (workspace.paths("p").final / "_delta_log").exists()
+
+
+def test_every_landed_name_is_read_as_exactly_that_object_on_s3(s3_workspace: Workspace) -> None:
+    """The same names as keys of a bucket (through S3A and the driver's S3 client): each read as
+    exactly that object, rewrites staged again, the names Hadoop cannot address refused alone."""
+    from spark_jobs.storage import store_for
+
+    workspace = s3_workspace
+    workspace.configure(JSON_TABLE)
+    hour = workspace.landing / "j" / "dt=2024-01-01" / "hr=00"
+    store = store_for(hour)
+    for name, id_ in {**NAMES, **REFUSED}.items():
+        store.write_bytes(hour / name, line(id_, "v1").encode())
+    result = cdc(workspace, "run", "j", *HOUR)
+    assert result.returncode == 0, result.stderr
+    counts = summary(result)
+    assert (counts["staged"], counts["files_refused"]) == (str(len(NAMES)), "2")
+    expected = sorted((id_, "v1") for id_ in NAMES.values())
+    assert table_rows(workspace.paths("j").final, ["ID", "VALUE"]) == expected
+    refused = {r["_cdc_raw"] for r in quarantine(workspace, "j")}
+    assert refused == {f"dt=2024-01-01/hr=00/{name}" for name in REFUSED}
+    rewritten = ("sp ace.json", "a[1].json", "pct%41.json", "plus+x.json", "st*r.json")
+    for name in rewritten:
+        store.write_bytes(hour / name, line(NAMES[name], "v2-longer", 1).encode())
+    again = cdc(workspace, "run", "j", *HOUR)
+    assert again.returncode == 0, again.stderr
+    assert summary(again)["new_files"] == str(len(rewritten))
+    changed = {NAMES[name] for name in rewritten}
+    assert table_rows(workspace.paths("j").final, ["ID", "VALUE"]) == sorted(
+        (id_, "v2-longer" if id_ in changed else "v1") for id_, _ in expected
+    )
+    assert len(quarantine(workspace, "j")) == 2
