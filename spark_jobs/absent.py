@@ -24,7 +24,7 @@ from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 
 from cdc_pipeline.columns import POSITION
-from spark_jobs.transforms import ABSENT, ARRIVAL, FLAG, absent_list, fillable, quoted
+from spark_jobs.transforms import ABSENT, ARRIVAL, FLAG, absent_list, fillable, persisted, quoted
 
 FILL = "__fill_"  # the struct holding a column's filled value
 SYNTHETIC = "__cdc_seed"  # a later pass's row carrying the old key's values to the new key
@@ -60,7 +60,7 @@ def fill_absent(
     absent = absent_list()
     # Changes some of whose absent columns no earlier row of their key carried.
     unfilled = F.exists(absent, lambda n: _any_unfilled(n, columns))
-    moved = (
+    moved = persisted(
         first.filter(F.col(from_change) & (F.col(FLAG) != "D") & unfilled)
         .select(LINK)
         .join(
@@ -68,7 +68,6 @@ def fill_absent(
             on=LINK,
             how="left_semi",
         )
-        .persist()
     )
     try:
         left = moved.count()  # metadata: key changes that need the old key's values

@@ -38,7 +38,7 @@ from cdc_pipeline.paths import Location
 from spark_jobs import delta
 from spark_jobs.common import StepArgs, StepContext, StepReport, run_step
 from spark_jobs.history import BUCKET, VALID_FROM, VALID_TO, VERSION_COLUMNS
-from spark_jobs.transforms import ARRIVAL
+from spark_jobs.transforms import ARRIVAL, persisted
 
 DEFAULT_SAMPLE_ROWS = 20
 
@@ -109,7 +109,7 @@ def run_as_of(context: StepContext, at: str, output: Location | None, limit: int
     """Write the table as of `at` to `output`, or print a sample of it."""
     table = context.table
     report = StepReport("as-of", table.name, f"at {at}")
-    frame = as_of_frame(context, at).persist()
+    frame = persisted(as_of_frame(context, at))
     try:
         report.counts["rows"] = frame.count()
         if output is not None:

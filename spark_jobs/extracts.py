@@ -26,7 +26,7 @@ from cdc_pipeline.errors import InputError
 from cdc_pipeline.intervals import Interval, hour_folder
 from spark_jobs import delta
 from spark_jobs.common import StepContext
-from spark_jobs.transforms import BATCH, FILE, FLAG, ROW, compared_columns, hash_of
+from spark_jobs.transforms import BATCH, FILE, FLAG, ROW, compared_columns, hash_of, persisted
 
 HASH_COLUMNS = (KEY_HASH, ROW_HASH)
 # The `_cdc_file` of derived deletes: they come from the final table, not from a landed file.
@@ -158,7 +158,7 @@ def derive_changes(
             for c in columns
         ]
     )
-    changes = compared.filter(F.col(FLAG) != "N").select(*columns).unionByName(deletes).persist()
+    changes = persisted(compared.filter(F.col(FLAG) != "N").select(*columns).unionByName(deletes))
     by_flag = {
         r[FLAG]: int(r["count"])
         for r in changes.groupBy(FLAG).count().collect()  # metadata: one row per operation

@@ -48,7 +48,7 @@ from cdc_pipeline.columns import (
 )
 from cdc_pipeline.config import COLUMN_PATTERN, EVENT_FORMATS, TableConfig
 from cdc_pipeline.schema import common_type, normalize_type
-from spark_jobs.transforms import ARRIVAL, CARRIED, FORMAT_ERROR, RAW
+from spark_jobs.transforms import ARRIVAL, CARRIED, FORMAT_ERROR, RAW, persisted
 
 KIND = "__kind"
 CHANGES = "__changes"
@@ -586,9 +586,8 @@ def read_json_changes(spark: SparkSession, table: TableConfig, lines: DataFrame)
     utf8 = F.is_valid_utf8(F.col(LINE))
     kind = F.when(~utf8, F.lit("malformed")).otherwise(kind)
     error = F.when(~utf8, F.lit(NOT_UTF8)).otherwise(error)
-    parsed = (
-        lines.filter(F.trim(F.col(LINE)) != "")
-        .select(
+    parsed = persisted(
+        lines.filter(F.trim(F.col(LINE)) != "").select(
             F.col(LINE),
             *[F.col(c) for c in ARRIVAL],
             kind.alias(KIND),
@@ -596,7 +595,6 @@ def read_json_changes(spark: SparkSession, table: TableConfig, lines: DataFrame)
             changes.alias(CHANGES),
             *[expr.alias(name) for name, expr in format_columns.items()],
         )
-        .persist()
     )
     ignored = _skipped_counts(table, parsed)
     malformed = parsed.filter(F.col(KIND) == "malformed").select(

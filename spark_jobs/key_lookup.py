@@ -20,7 +20,7 @@ from pyspark.sql.types import StringType, StructField, StructType
 
 from spark_jobs import delta
 from spark_jobs.common import StepContext
-from spark_jobs.transforms import FLAG
+from spark_jobs.transforms import FLAG, persisted
 
 
 @dataclass
@@ -180,7 +180,7 @@ def changed_keys_in_spark(context: StepContext, changes: DataFrame, broadcast: b
     """The changed keys as cached Spark frames, for change sets above LOCAL_KEYS_MAX."""
     table = context.table
     keys, column = list(table.keys), table.partition_column
-    frame = changes.select(*keys).distinct().persist()
+    frame = persisted(changes.select(*keys).distinct())
     if column is None:
         return ChangedKeys(frame, None, None, frame, None, broadcast)
     try:
@@ -193,7 +193,7 @@ def changed_keys_in_spark(context: StepContext, changes: DataFrame, broadcast: b
         return ChangedKeys(frame, None, partitions, frame, None, broadcast)
     # A stable key lives in the partition its inserts and updates name: only keys with a
     # delete are looked up (a key-only delete names none; a row image may be partial).
-    lookup = changes.filter(F.col(FLAG) == "D").select(*keys).distinct().persist()
+    lookup = persisted(changes.filter(F.col(FLAG) == "D").select(*keys).distinct())
     return ChangedKeys(frame, None, partitions, lookup, None, broadcast)
 
 

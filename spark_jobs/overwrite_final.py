@@ -53,6 +53,7 @@ from spark_jobs.transforms import (
     FLAG,
     TRUNCATE,
     latest_change_per_key,
+    persisted,
     ranking_order,
 )
 from spark_jobs.truncates import Cut, at_or_after, truncate_cut
@@ -166,9 +167,9 @@ def plan_rewrite(
     order = ranking_order(candidates.columns, table.sequence_by, tiebreak)
     candidates = fill_absent(candidates, keys, order, FROM_CHANGE)
     filled = candidates.filter(F.col(FROM_CHANGE)).select(*change_columns)
-    winners = latest_change_per_key(
-        candidates, keys, table.sequence_by, tiebreak=tiebreak
-    ).persist()
+    winners = persisted(
+        latest_change_per_key(candidates, keys, table.sequence_by, tiebreak=tiebreak)
+    )
     output = _routed_output(table, winners, final_rows, small_keys, change_columns, heal)
     if moved and cut is not None and cut.rows is not None:
         # Remembered (keys null) so later runs drop changes ordered before it.
@@ -481,7 +482,7 @@ def run_overwrite_final(context: StepContext, interval: Interval) -> StepReport:
         return report
     _check_zorder_columns(table, staging)
     delta.inject_fault("overwrite_final:before_first_write")
-    changes = _pending_changes(context, staging, pending).persist()
+    changes = persisted(_pending_changes(context, staging, pending))
     try:
         report.counts["changes"] = _count_changes(staging, pending, changes)
         if table.insert_only:

@@ -5,6 +5,7 @@ Spark SQL functions only (no Python UDFs), so executors need nothing but Spark.
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Collection, Sequence
 from datetime import UTC, datetime
 
@@ -43,6 +44,19 @@ NOT_FINITE = "is not a finite number (NaN and infinities are refused)"
 EPOCH_MILLIS_COLUMNS = (SOURCE_TS_MS,)
 TIME_TYPES = ("date", "timestamp", "timestamp_ntz")
 FLOAT_TYPES = ("float", "double")
+
+
+def persisted(frame: DataFrame) -> DataFrame:
+    """`frame` persisted so that only plans built on the returned frame use the cached rows.
+
+    Spark's cache is shared by every session of the application: on a warm Connect server, the
+    rows a killed run persisted stay cached (nobody unpersists them), and any later plan equal
+    to the cached one, from any run, would be answered from them. A landing file rewritten since
+    would then be read with its old content. A filter that is always true but names a new token
+    makes each persisted plan unique (the optimizer drops the filter; the cache lookup, which
+    compares analysed plans, does not)."""
+    token = F.lit(uuid.uuid4().hex)
+    return frame.filter(token == token).persist()
 
 
 def raw_name(column: str) -> str:

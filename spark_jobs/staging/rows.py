@@ -32,6 +32,7 @@ from spark_jobs.transforms import (
     FLAG,
     REASON,
     good_changes,
+    persisted,
     quarantined_changes,
     quoted,
     type_changes,
@@ -243,7 +244,7 @@ def _typed_rows(
         typed = type_changes(raw, table, column_types, flag_present)
         if is_snapshot:
             typed = extracts.with_hashes(typed, table, list(column_types))
-        typed = typed.persist()
+        typed = persisted(typed)
         try:
             # The first action over the rows: a file Spark cannot read fails here, before any
             # write.

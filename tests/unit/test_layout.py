@@ -6,6 +6,9 @@
   its current length and a reason. The list is a ratchet: it fails when a listed function grows,
   when it shrinks (lower the number) and when it is gone or no longer over the limit (remove it),
   so the list only gets shorter.
+- The Spark steps persist a frame only through `spark_jobs.transforms.persisted`: Spark's cache
+  is shared by every session of a Connect server, and a plain `persist()` a killed run left
+  behind would answer a later run's equal plan with rows read before a file was rewritten.
 """
 
 from __future__ import annotations
@@ -30,7 +33,7 @@ LONG_FUNCTIONS = {
     # the Debezium envelope's column expressions, one per field kind
     "spark_jobs.formats._parse_debezium": 90,
     # the JSON-lines read: parse, flatten, types of the batch, ignored fields
-    "spark_jobs.formats.read_json_changes": 76,
+    "spark_jobs.formats.read_json_changes": 74,
     # the lookup's three cases (known partitions, driver-side ranges, Spark-side ranges)
     "spark_jobs.key_lookup.partitions_holding_keys": 64,
     # one pass over the Parquet footers (unreadable, contradicting, grouped by schema)
@@ -134,3 +137,19 @@ def test_the_long_function_list_only_shrinks() -> None:
         elif lines < listed:
             problems.append(f"{name} shrank from {listed} to {lines} lines: lower its entry")
     assert problems == []
+
+
+def test_the_steps_persist_only_through_persisted() -> None:
+    found = []
+    for module, tree in _modules():
+        if not module.startswith("spark_jobs."):
+            continue
+        for node in ast.walk(tree):
+            if (
+                isinstance(node, ast.Call)
+                and isinstance(node.func, ast.Attribute)
+                and node.func.attr in ("persist", "cache")
+                and module != "spark_jobs.transforms"
+            ):
+                found.append(f"{module}:{node.lineno}: .{node.func.attr}()")
+    assert found == []
