@@ -2,8 +2,11 @@
 
 Spark runs in two modes with the same results: classic (a JVM in the test process, `local[2]`)
 and Spark Connect (a client of one local Connect server, started once per test run from the
-pip package). Modules marked `both_modes` run each test in both; `CDC_TEST_SPARK_MODES=connect`
-(or `classic,connect`) runs every Spark and CLI test in those modes instead.
+pip package). Spark tests run classic; CLI tests run their `cdc` processes as clients of the
+one server, as Airflow's tasks do (a classic `cdc` process starts a JVM of its own: about 20 s
+each); tests marked `classic_only` (the CLI as a user runs it first, without a server; the
+process's own driver memory and user) or `both_modes` say otherwise. `CDC_TEST_SPARK_MODES=connect` (or
+`classic,connect`) runs every Spark and CLI test in those modes instead.
 
 PySpark decides per process which kind of column `F.col` builds (the `SPARK_CONNECT_MODE_ENABLED`
 environment variable): a Connect test sets it for its duration only, so both kinds of session
@@ -37,9 +40,9 @@ def _module(metafunc: pytest.Metafunc) -> str:
     return Path(str(metafunc.definition.path)).relative_to(root).as_posix()
 
 
-def modes_for(definition: pytest.Function) -> list[str]:
-    """The Spark modes a test runs in: its markers (pyproject.toml), else classic;
-    CDC_TEST_SPARK_MODES overrides all but `classic_only`."""
+def modes_for(definition: pytest.Function, module: str = "") -> list[str]:
+    """The Spark modes a test runs in: its markers (pyproject.toml), else Connect for CLI tests
+    and classic for the others; CDC_TEST_SPARK_MODES overrides all but `classic_only`."""
     if definition.get_closest_marker("classic_only"):
         return [CLASSIC]
     chosen = os.environ.get("CDC_TEST_SPARK_MODES")
@@ -47,7 +50,7 @@ def modes_for(definition: pytest.Function) -> list[str]:
         return [m.strip() for m in chosen.split(",") if m.strip()]
     if definition.get_closest_marker("both_modes"):
         return [CLASSIC, CONNECT]
-    if definition.get_closest_marker("connect_only"):
+    if definition.get_closest_marker("connect_only") or module.startswith("tests/cli/"):
         return [CONNECT]
     return [CLASSIC]
 
@@ -57,7 +60,7 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     module = _module(metafunc)
     if not module.startswith(SPARK_MODULES):
         return
-    modes = modes_for(metafunc.definition)
+    modes = modes_for(metafunc.definition, module)
     if modes == [CLASSIC]:
         return
     name = "spark" if "spark" in metafunc.fixturenames else "spark_mode"

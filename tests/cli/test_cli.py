@@ -88,6 +88,7 @@ def test_vacuum_below_a_week_needs_force(workspace: Workspace) -> None:
     assert "below 168 h" in result.stderr and "--force" in result.stderr
 
 
+@pytest.mark.classic_only  # the CLI as a user first runs it: a Spark driver of its own
 def test_run_prints_one_summary_line_with_counts(any_workspace: Workspace) -> None:
     workspace = any_workspace
     workspace.configure(TABLE)
@@ -190,6 +191,7 @@ def test_as_of_prints_and_writes_the_table_at_a_time(any_workspace: Workspace) -
     assert bad.stderr.strip().splitlines()[-1].startswith("error: as-of: --at 'yesterday'")
 
 
+@pytest.mark.classic_only
 def test_a_damaged_delta_log_fails_with_one_line_naming_the_table(workspace: Workspace) -> None:
     workspace.configure(TABLE)
     workspace.land(

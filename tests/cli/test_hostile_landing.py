@@ -243,6 +243,7 @@ def test_a_parquet_file_whose_data_pages_are_corrupt_is_quarantined_and_the_hour
     assert table_rows(paths.final, ["ID"]) == [(1,), (2,)]
 
 
+@pytest.mark.classic_only  # the reading process is `cdc` itself (a Connect server reads as its own user)
 def test_a_landing_file_the_run_cannot_read_is_quarantined_and_the_rest_staged() -> None:
     """Run as uid 65534 (root reads every file): a file it may not read is one quarantine row."""
     root = Path(tempfile.mkdtemp(prefix="cdc-unreadable-", dir="/tmp"))

@@ -118,6 +118,7 @@ def test_a_full_disk_and_a_read_only_warehouse_say_so_and_leave_final_as_it_was(
     assert cdc(workspace, "check", "j").returncode == 0
 
 
+@pytest.mark.classic_only  # the `cdc` process's own driver: a Connect client has none
 def test_a_driver_out_of_memory_names_the_setting(workspace: Workspace) -> None:
     """About 200 MB of change lines in a 500 MB driver (CDC_SPARK_DRIVER_MEMORY): one line with
     the setting, exit 1, nothing committed."""
@@ -137,6 +138,7 @@ def test_a_driver_out_of_memory_names_the_setting(workspace: Workspace) -> None:
     assert not (workspace.paths("j").final / "_delta_log").exists()
 
 
+@pytest.mark.classic_only
 def test_a_driver_memory_that_is_not_a_size_is_refused(workspace: Workspace) -> None:
     configure(workspace)
     result = cdc(workspace, "run", "j", *HOUR_0, CDC_SPARK_DRIVER_MEMORY="lots")

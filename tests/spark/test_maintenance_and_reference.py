@@ -14,7 +14,7 @@ from tests.helpers import Workspace, file_paths, table_rows
 from tests.reference import landed_changes, latest_state
 from tests.spark.steps import context, run
 
-pytestmark = [pytest.mark.spark, pytest.mark.both_modes]
+pytestmark = pytest.mark.spark
 
 ORDERS = {
     "name": "orders",

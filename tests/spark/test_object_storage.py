@@ -1,5 +1,5 @@
 """Object storage for real: a moto S3 server (tests/s3.py), delta-rs committing `s3://` tables
-with the AWS variables of the environment, and the steps' Spark session (classic and Connect)
+with the AWS variables of the environment, and the steps' Spark session
 reading and writing the same `s3://` URIs through S3A with the settings it derives from those
 variables (spark_jobs/object_store.py): every version delta-rs committed reads the same in Spark,
 a delta-spark commit on S3 reads the same in delta-rs, and concurrent delta-rs writers on S3
@@ -18,7 +18,6 @@ from spark_jobs.session import build_spark_session, project_jars
 
 pytestmark = [
     pytest.mark.spark,
-    pytest.mark.both_modes,
     pytest.mark.skipif(not project_jars(), reason="Spark jars not fetched: run make install"),
 ]
 

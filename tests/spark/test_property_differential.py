@@ -34,7 +34,7 @@ from tests.helpers import Workspace, table_rows
 from tests.property_model import Landed, TableModel
 from tests.spark.steps import run
 
-pytestmark = [pytest.mark.spark, pytest.mark.both_modes]
+pytestmark = pytest.mark.spark
 
 TABLE = "prop"
 COLUMNS = {

@@ -18,7 +18,7 @@ from spark_jobs.stage import run_stage
 from tests.helpers import Workspace, interval, table_rows
 from tests.spark.steps import context, run
 
-pytestmark = [pytest.mark.spark, pytest.mark.both_modes]
+pytestmark = pytest.mark.spark
 
 KEYS = [f"K{i}" for i in range(1, 6)]
 VALUES = [f"V{i}" for i in range(1, 11)]

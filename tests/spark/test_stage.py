@@ -10,7 +10,7 @@ from spark_jobs.stage import run_stage
 from tests.helpers import Workspace, file_paths, interval, table_rows
 from tests.spark.steps import context, run
 
-pytestmark = [pytest.mark.spark, pytest.mark.both_modes]
+pytestmark = pytest.mark.spark
 
 YEARLY = {
     "name": "t",
