@@ -15,7 +15,7 @@ from cdc_pipeline.config import project_root
 from tests.helpers import Workspace, table_rows, ts
 from tests.spark.steps import run
 
-pytestmark = [pytest.mark.spark, pytest.mark.both_modes]
+pytestmark = pytest.mark.spark
 
 SAMPLES = project_root() / "samples"
 
