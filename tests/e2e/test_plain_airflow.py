@@ -12,6 +12,7 @@ import signal
 import sqlite3
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -97,10 +98,24 @@ def standalone(tmp_path: Path, connect_server: Any) -> Iterator[tuple[dict[str, 
 
 
 def airflow_cli(env: dict[str, str], *args: str) -> str:
-    result = subprocess.run(
-        [str(AIRFLOW), *args], env=env, capture_output=True, text=True, timeout=300, check=False
-    )
-    assert result.returncode == 0, (args, result.stderr[-3000:])
+    """Run an `airflow` command as a user would, retrying while SQLite is locked: standalone's
+    default metadata database is one SQLite file its scheduler, dag-processor and api-server
+    write to, and a write that waits past SQLite's busy timeout fails with "database is locked"
+    (it happened once in CI under load: `backfill create` failed and was rolled back)."""
+    for _ in range(5):
+        result = subprocess.run(
+            [str(AIRFLOW), *args],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=300,
+            check=False,
+        )
+        if result.returncode == 0 or "database is locked" not in result.stderr:
+            break
+        time.sleep(3)
+    errors = [line for line in result.stderr.splitlines() if "Error" in line]
+    assert result.returncode == 0, (args, errors[-5:], result.stderr[-3000:])
     return result.stdout
 
 
