@@ -75,7 +75,7 @@ def test_final_and_history_equal_the_source_database(
         for table in TABLES:
             run(workspace, url, table, 0, 1)
         check_equal(workspace, pg, "after the snapshot")
-        for hour in range(1, 4):
+        for hour in range(1, 3):
             workload(pg, rng, hour, ids)
             checkpoint(pg, collector, workspace, hour, log)
             for table in TABLES:
@@ -83,14 +83,13 @@ def test_final_and_history_equal_the_source_database(
             check_equal(workspace, pg, f"hour {hour}")
         # Title-only updates of every row: the connector sends the placeholder for every body.
         pg.sql("UPDATE docs SET title = 'all ' || id;")
-        checkpoint(pg, collector, workspace, 4, log)
+        checkpoint(pg, collector, workspace, 3, log)
         bodies = [
-            json.loads(line)["payload"]["after"]["body"] for line in landed(workspace, "docs", 4)
+            json.loads(line)["payload"]["after"]["body"] for line in landed(workspace, "docs", 3)
         ]
         assert bodies and set(bodies) == {"__debezium_unavailable_value"}, set(bodies)
-        run(workspace, url, "docs", 4, 5)
+        run(workspace, url, "docs", 3, 4)
         check_equal(workspace, pg, "after title-only updates of every row")
         assert collector.heartbeats > 0  # heartbeats were sent, and landed nowhere
-        for table in TABLES:
-            checked = cdc(workspace, "check", table, CDC_SPARK_REMOTE=url, timeout=600)
-            assert checked.returncode == 0, checked.stdout + checked.stderr[-2000:]
+        checked = cdc(workspace, "check", *TABLES, CDC_SPARK_REMOTE=url, timeout=600)
+        assert checked.returncode == 0, checked.stdout + checked.stderr[-2000:]
