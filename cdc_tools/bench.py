@@ -51,7 +51,15 @@ from spark_jobs.final_table import final_schema
 from spark_jobs.overwrite_final import run_overwrite_final
 from spark_jobs.session import is_connect
 from spark_jobs.stage import run_stage
-from spark_jobs.transforms import ARRIVAL, BATCH, FILE, FLAG, ROW, latest_change_per_key
+from spark_jobs.transforms import (
+    ARRIVAL,
+    BATCH,
+    FILE,
+    FLAG,
+    ROW,
+    latest_change_per_key,
+    persisted,
+)
 
 TABLE = "bench"
 BASE_TIME = datetime(2024, 1, 1, tzinfo=UTC)
@@ -527,7 +535,7 @@ def run_case(
     started = time.perf_counter()
     staged = run_stage(context, window)
     stage_seconds = round(time.perf_counter() - started, 2)
-    changes = delta.read_snapshot(spark, delta.load_snapshot(own.staging)).persist()
+    changes = persisted(delta.read_snapshot(spark, delta.load_snapshot(own.staging)))
     changes.count()
 
     def repeated(method: str, action: Callable[[], dict[str, Any]]) -> Measure:

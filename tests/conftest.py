@@ -1,12 +1,14 @@
-"""Shared fixtures: one Spark session per mode for every Spark test, and an isolated data root per test.
+"""Shared fixtures: one Spark session per mode for every Spark test, and an isolated data root
+per test.
 
 Spark runs in two modes with the same results: classic (a JVM in the test process, `local[2]`)
 and Spark Connect (a client of one local Connect server, started once per test run from the
 pip package). Spark tests run classic; CLI tests run their `cdc` processes as clients of the
 one server, as Airflow's tasks do (a classic `cdc` process starts a JVM of its own: about 20 s
 each); tests marked `classic_only` (the CLI as a user runs it first, without a server; the
-process's own driver memory and user) or `both_modes` say otherwise. `CDC_TEST_SPARK_MODES=connect` (or
-`classic,connect`) runs every Spark and CLI test in those modes instead.
+process's own driver memory and user) or `both_modes` say otherwise.
+`CDC_TEST_SPARK_MODES=connect` (or `classic,connect`) runs every Spark and CLI test in those
+modes instead.
 
 PySpark decides per process which kind of column `F.col` builds (the `SPARK_CONNECT_MODE_ENABLED`
 environment variable): a Connect test sets it for its duration only, so both kinds of session
