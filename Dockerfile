@@ -24,7 +24,7 @@ COPY --from=jars /build/jars /opt/cdc/jars
 RUN pip install --no-cache-dir --constraint docker/constraints.txt -e . \
       "apache-airflow-providers-fab==3.10.2" \
       "apache-airflow-providers-celery==3.26.0" \
-      "psycopg2-binary>=2.9,<3" "redis>=5,<7" \
+      "psycopg2-binary>=2.9,<3" "asyncpg>=0.30,<1" "redis>=5,<7" \
  && pip check
 # CDC_LANDING and CDC_WAREHOUSE are the deployment's (docker-compose.yaml: s3://cdc/...).
 ENV CDC_CONFIG=/opt/cdc/config/tables.yaml \

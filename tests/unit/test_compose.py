@@ -198,6 +198,11 @@ def test_secrets_come_from_the_env_file_and_are_shared_by_every_airflow_containe
         assert env["AIRFLOW__DATABASE__SQL_ALCHEMY_CONN"] == (
             f"postgresql+psycopg2://airflow:{password}@postgres:5432/airflow"
         )
+        # The image has psycopg2: SQLAlchemy 2.1's default PostgreSQL driver is psycopg (3), so
+        # a bare db+postgresql:// result backend stopped the Celery worker at its start.
+        assert env["AIRFLOW__CELERY__RESULT_BACKEND"] == (
+            f"db+postgresql+psycopg2://airflow:{password}@postgres:5432/airflow"
+        )
         assert env["AIRFLOW__CORE__AUTH_MANAGER"] == (
             "airflow.providers.fab.auth_manager.fab_auth_manager.FabAuthManager"
         )
@@ -313,6 +318,11 @@ def test_the_image_installs_the_project_fab_and_clients_under_the_committed_cons
     assert "pip check" in install
     pins = constraints()
     assert pins["apache-airflow-providers-fab"] == "3.10.2"
+    # Found by running the services as processes: Airflow 3.3 also opens its metadata DB through
+    # an async engine (postgresql -> asyncpg), and celery 5.7 dropped the `retry` the Celery
+    # provider 3.26.0 imports from celery.backends.database (worker and executor failed to load).
+    assert "asyncpg" in pins and "asyncpg" in install
+    assert pins["apache-airflow-providers-celery"] == "3.26.0" and pins["celery"] == "5.6.3"
     # The image gets what the tests ran on: every package the venv also has, at its version
     # (python-dateutil excepted: flask-appbuilder 5.2.2 needs <3; see the file's header).
     differing = {}
