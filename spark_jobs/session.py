@@ -67,8 +67,8 @@ def delta_conf() -> dict[str, str]:
         "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
         "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
         # Delta rebuilds a version's state (its log replayed) in 50 tasks by default, a cost
-        # made for huge logs: a read of one version of a table here took 4.6 s on 2 cores,
-        # 1.1 s in as many tasks as the steps' shuffles (tests/spark/test_delta_spark_reader.py).
+        # made for huge logs: on 2 cores a read of one version took 4.6 s with 50 tasks and
+        # 1.1 s with 2 (tests/spark/test_delta_spark_reader.py; docs/operations.md).
         "spark.databricks.delta.snapshotPartitions": shuffle_partitions(),
     }
 

@@ -113,9 +113,7 @@ class Topology:
             host, port = address.split(":")
             text = text.replace(f"{host}:{port}", f"127.0.0.1:{local}")
         text = text.replace("sc://spark-connect", "sc://127.0.0.1")
-        text = text.replace("/opt/cdc", str(REPO)).replace("/opt/airflow", str(self.root / "home"))
-        text = text.replace("http://object-store:9000", self.env.get("AWS_ENDPOINT_URL", ""))
-        return text
+        return text.replace("/opt/cdc", str(REPO)).replace("/opt/airflow", str(self.root / "home"))
 
     def start(self, name: str, argv: list[str], env: Mapping[str, str]) -> None:
         log = (self.root / f"{name}.log").open("wb")
@@ -202,10 +200,9 @@ def running(root: Path, config: Path) -> Iterator[Topology]:
                     topology.port(*address[:1], int(address[1]))
         api_port = topology.port("airflow-apiserver", 8080)
         connect_port = topology.port("spark-connect", 15002)
-        env = {k: str(v) for k, v in specs["airflow-apiserver"]["environment"].items()}
-        topology.env = env
-        env.update(s3_server.environment())
-        env = {k: topology.localize(v) for k, v in env.items()}
+        # The object store's variables are the S3 server's (the compose file's name MinIO's).
+        compose_env = {**specs["airflow-apiserver"]["environment"], **s3_server.environment()}
+        env = {k: topology.localize(str(v)) for k, v in compose_env.items()}
         env.update(
             CDC_CONFIG=str(config),
             AIRFLOW_CONN_SPARK_DEFAULT=(
@@ -270,7 +267,7 @@ def running(root: Path, config: Path) -> Iterator[Topology]:
             ]
             if name == "spark-connect":
                 argv = [str(REPO / ".venv/bin/python"), *argv[1:]]
-            topology.start(name, argv, {**spark_env, **{"CDC_CONFIG": str(config)}})
+            topology.start(name, argv, {**spark_env, "CDC_CONFIG": str(config)})
             stack.callback(lambda n=name: stop_process_group(topology.processes[n]))
             if name == "spark-master":
                 _wait(
