@@ -21,10 +21,7 @@ WORKDIR /opt/cdc
 COPY docker/constraints.txt /opt/cdc/docker/constraints.txt
 COPY . .
 COPY --from=jars /build/jars /opt/cdc/jars
-RUN pip install --no-cache-dir --constraint docker/constraints.txt -e . \
-      "apache-airflow-providers-fab==3.10.2" \
-      "apache-airflow-providers-celery==3.26.0" \
-      "psycopg2-binary>=2.9,<3" "asyncpg>=0.30,<1" "redis>=5,<7" \
+RUN pip install --no-cache-dir --constraint docker/constraints.txt -e ".[deploy]" \
  && pip check
 # CDC_LANDING and CDC_WAREHOUSE are the deployment's (docker-compose.yaml: s3://cdc/...).
 ENV CDC_CONFIG=/opt/cdc/config/tables.yaml \

@@ -5,6 +5,7 @@ STAMP := $(VENV)/.installed
 JARS_STAMP := jars/.fetched
 DEBEZIUM_STAMP := .tools/debezium-server/.fetched
 MOTO_STAMP := .tools/moto/.installed
+DEPLOY_STAMP := .tools/deploy/.installed
 
 .PHONY: install demo test lint typecheck clean system airflow bench bench-smoke bench-cycle
 
@@ -12,7 +13,8 @@ install: $(STAMP) $(JARS_STAMP)
 
 # Debian packages: Java 17 for Spark; docker-compose to validate docker-compose.yaml (no engine);
 # Chromium and its driver for the browser test; PostgreSQL 15 and wal2json for the real-source
-# test (started by the tests on 127.0.0.1, never as a service).
+# test, Redis for the deployment's topology test (started by the tests on 127.0.0.1, never as a
+# service).
 system:
 	@missing=""; \
 	command -v java >/dev/null 2>&1 || missing="$$missing openjdk-17-jre-headless"; \
@@ -22,6 +24,7 @@ system:
 	command -v mvn >/dev/null 2>&1 || missing="$$missing maven"; \
 	test -x /usr/lib/postgresql/15/bin/postgres || missing="$$missing postgresql-15"; \
 	test -e /usr/lib/postgresql/15/lib/wal2json.so || missing="$$missing postgresql-15-wal2json"; \
+	command -v redis-server >/dev/null 2>&1 || missing="$$missing redis-server"; \
 	if [ -n "$$missing" ]; then \
 	  echo "installing Debian packages:$$missing"; \
 	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; \
@@ -58,6 +61,16 @@ $(MOTO_STAMP): docker/moto-requirements.txt
 	.tools/moto/bin/python -m pip install --quiet --no-deps -r docker/moto-requirements.txt
 	@touch $(MOTO_STAMP)
 
+# The image's Python environment (Dockerfile: the project and its `deploy` extra under
+# docker/constraints.txt) for the deployment's topology test (tests/deploy), in a venv of its own:
+# FAB needs python-dateutil<3, the tested venv has 4.
+$(DEPLOY_STAMP): pyproject.toml docker/constraints.txt | system
+	rm -rf .tools/deploy && $(PY) -m venv .tools/deploy
+	.tools/deploy/bin/python -m pip install --quiet --upgrade pip
+	.tools/deploy/bin/python -m pip install --quiet --constraint docker/constraints.txt -e '.[deploy]'
+	.tools/deploy/bin/python -m pip check
+	@touch $(DEPLOY_STAMP)
+
 demo: install
 	$(BIN)/cdc demo
 
@@ -69,7 +82,7 @@ lint: install
 typecheck: install
 	$(BIN)/mypy
 
-test: install lint typecheck $(DEBEZIUM_STAMP) $(MOTO_STAMP)
+test: install lint typecheck $(DEBEZIUM_STAMP) $(MOTO_STAMP) $(DEPLOY_STAMP)
 	$(BIN)/python -m pytest tests
 	$(MAKE) bench-smoke
 

@@ -10,6 +10,7 @@ import json
 import re
 import shutil
 import subprocess
+import tomllib
 from importlib import metadata
 from pathlib import Path
 from typing import Any
@@ -314,14 +315,21 @@ def test_the_image_installs_the_project_fab_and_clients_under_the_committed_cons
     dockerfile = (REPO / "Dockerfile").read_text()
     assert "openjdk-17-jre-headless" in dockerfile and " curl" in dockerfile
     install = dockerfile[dockerfile.index("RUN pip install") :].split("ENV")[0]
-    assert "--constraint docker/constraints.txt -e ." in install and FAB in install
+    assert '--constraint docker/constraints.txt -e ".[deploy]"' in install
     assert "pip check" in install
+    # The image's extras are pyproject's `deploy` extra, which the topology test's venv
+    # (make: .tools/deploy) installs under the same constraints.
+    project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
+    deploy = project["optional-dependencies"]["deploy"]
+    assert FAB in deploy
+    makefile = (REPO / "Makefile").read_text()
+    assert "--constraint docker/constraints.txt -e '.[deploy]'" in makefile
     pins = constraints()
     assert pins["apache-airflow-providers-fab"] == "3.10.2"
     # Found by running the services as processes: Airflow 3.3 also opens its metadata DB through
     # an async engine (postgresql -> asyncpg), and celery 5.7 dropped the `retry` the Celery
     # provider 3.26.0 imports from celery.backends.database (worker and executor failed to load).
-    assert "asyncpg" in pins and "asyncpg" in install
+    assert "asyncpg" in pins and any(d.startswith("asyncpg") for d in deploy)
     assert pins["apache-airflow-providers-celery"] == "3.26.0" and pins["celery"] == "5.6.3"
     # The image gets what the tests ran on: every package the venv also has, at its version
     # (python-dateutil excepted: flask-appbuilder 5.2.2 needs <3; see the file's header).
