@@ -37,7 +37,7 @@ from airflow.sdk.exceptions import (
     AirflowNotFoundException,
 )
 
-from cdc_pipeline.errors import ConfigError, TableDamagedError, UsageError
+from cdc_pipeline.errors import ConfigError, SparkUnavailableError, TableDamagedError, UsageError
 from cdc_pipeline.jvm import connect_address
 from cdc_pipeline.steps import Step
 
@@ -132,7 +132,32 @@ class ConnectBackend:
     def run(self, call: StepCall) -> dict[str, Any]:
         self.tag = call.tag
         with environment_applied(call.environment):
-            return self.run_step(call)
+            try:
+                return self.run_step(call)
+            except AirflowException:
+                raise
+            except SparkUnavailableError as error:  # down when the step's session started
+                found = re.search(r"not reachable \((.*?)\)", str(error))
+                reason = found.group(1) if found else str(error)
+                raise self.unreachable(call.conn_id, reason) from error
+            except Exception as error:
+                from spark_jobs.common import NOTHING_PAST, connect_server_lost
+
+                lost = connect_server_lost(error)
+                if lost is None:
+                    raise
+                table = call.arguments[0] if call.arguments and call.step.kind != "tables" else ""
+                raise SparkConnectUnavailableError(
+                    f"{call.step.name} {table}".rstrip() + f": the Spark Connect server of "
+                    f"connection '{call.conn_id}' at {self.url} restarted or stopped answering "
+                    f"during the step ({lost}); {NOTHING_PAST}: the task retries"
+                ) from error
+
+    def unreachable(self, conn_id: str, reason: str) -> SparkConnectUnavailableError:
+        return SparkConnectUnavailableError(
+            f"Spark Connect server of connection '{conn_id}' at {self.url} is not reachable "
+            f"({reason}); start it (make airflow starts one) or fix the connection"
+        )
 
     def run_step(self, call: StepCall) -> dict[str, Any]:
         if call.step.kind == "tables":  # check: its own arguments, one line per table
@@ -202,10 +227,7 @@ class ConnectBackend:
         try:
             socket.create_connection((host, port), timeout=10).close()
         except OSError as error:
-            raise SparkConnectUnavailableError(
-                f"Spark Connect server of connection '{conn_id}' at {self.url} is not "
-                f"reachable ({error}); start it (make airflow starts one) or fix the connection"
-            ) from error
+            raise self.unreachable(conn_id, str(error)) from error
 
     def session_factory(self, conn_id: str) -> Callable[[str], Any]:
         """A function giving this try's tagged Connect session; refuses a server that is down."""

@@ -134,13 +134,52 @@ def one_line(error: BaseException) -> str:
     if resource is not None:
         return resource
     remote = os.environ.get("CDC_SPARK_REMOTE")
-    if remote and type(error).__name__ in ("SparkConnectGrpcException", "RetriesExceeded"):
+    lost = connect_server_lost(error) if remote else None
+    if lost is not None:
         # The server went away mid-step (its gRPC error names no server): say which one.
         return (
-            f"Spark Connect server {remote} stopped answering ({type(error).__name__}: {text}); "
+            f"Spark Connect server {remote} stopped answering ({lost}); "
             "nothing was committed past the last commit the summary reports: rerun the step"
         )
     return f"{type(error).__name__}: {text}" if message else type(error).__name__
+
+
+# What a Spark Connect client reports when its server restarted or dropped the step's session:
+# a new server instance answers the old session with INVALID_HANDLE.SESSION_CHANGED or
+# SESSION_NOT_FOUND (PySpark may wrap it in RESPONSE_ALREADY_RECEIVED), PySpark then refuses
+# every call on that session with NO_ACTIVE_SESSION; a server that is gone, gRPC's UNAVAILABLE.
+# (Seen in tests/deploy/test_topology.py, the Connect server restarted during a cycle.)
+_SERVER_LOST_TYPES = ("SparkConnectGrpcException", "RetriesExceeded")
+_SERVER_LOST_MARKERS = ("INVALID_HANDLE.SESSION_", "NO_ACTIVE_SESSION", "StatusCode.UNAVAILABLE")
+
+
+def connect_server_lost(error: BaseException) -> str | None:
+    """Why the Spark Connect server stopped answering or restarted during the step, when
+    `error`'s chain (its causes and the errors it was raised while handling) says so: transient,
+    a retry of the step resumes. The reason is the chain's most telling line (`Kind: line`).
+    None when the failure is anything else."""
+    lines: list[str] = []
+    seen: set[int] = set()
+    current: BaseException | None = error
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        kind = type(current).__name__
+        text = _message(current)
+        for line in text.splitlines():
+            if any(marker in line for marker in _SERVER_LOST_MARKERS):
+                lines.append(f"{kind}: {line.strip()}")
+        if kind in _SERVER_LOST_TYPES and not lines:
+            lines.append(error_line(current))
+        current = current.__cause__ or current.__context__
+    if not lines:
+        return None
+    return next((line for line in lines if _SERVER_LOST_MARKERS[0] in line), lines[0])
+
+
+def error_line(error: BaseException) -> str:
+    """`Kind: first line of the message`."""
+    message = _message(error).strip()
+    return f"{type(error).__name__}: {message.splitlines()[0]}" if message else type(error).__name__
 
 
 NOTHING_PAST = "nothing past the last commit the summary reports was written"

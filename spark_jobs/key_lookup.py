@@ -20,7 +20,7 @@ from pyspark.sql.types import StringType, StructField, StructType
 
 from spark_jobs import delta
 from spark_jobs.common import StepContext
-from spark_jobs.transforms import FLAG, persisted
+from spark_jobs.transforms import FLAG, persisted, unpersist_quietly
 
 
 @dataclass
@@ -187,7 +187,7 @@ def changed_keys_in_spark(context: StepContext, changes: DataFrame, broadcast: b
         placed = changes if table.partition_stable else changes.filter(F.col(FLAG) != "D")
         partitions = delta.partition_values_of(placed, column) - {None}
     except Exception:
-        frame.unpersist()
+        unpersist_quietly(frame)
         raise
     if not table.partition_stable:
         return ChangedKeys(frame, None, partitions, frame, None, broadcast)

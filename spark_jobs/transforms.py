@@ -5,6 +5,7 @@ Spark SQL functions only (no Python UDFs), so executors need nothing but Spark.
 
 from __future__ import annotations
 
+import contextlib
 import uuid
 from collections.abc import Collection, Sequence
 from datetime import UTC, datetime
@@ -57,6 +58,13 @@ def persisted(frame: DataFrame) -> DataFrame:
     compares analysed plans, does not)."""
     # Not `token == token`: Spark warns about a trivially true equality on every such filter.
     return frame.filter(F.lit(uuid.uuid4().hex).isNotNull()).persist()
+
+
+def unpersist_quietly(frame: DataFrame) -> None:
+    """Unpersist `frame` while an error propagates: failing to (the Connect server gone) must
+    not replace the error that ended the step."""
+    with contextlib.suppress(Exception):
+        frame.unpersist()
 
 
 def raw_name(column: str) -> str:

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import Any
@@ -36,6 +37,7 @@ from spark_jobs.transforms import (
     quarantined_changes,
     quoted,
     type_changes,
+    unpersist_quietly,
 )
 
 NEWEST = "newest_change"  # per-file count: the newest sequence time among its good rows
@@ -259,8 +261,9 @@ def _typed_rows(
                 .collect()  # metadata: one row per file
             ]
         except Exception:
-            typed.unpersist()
-            read.release()
+            unpersist_quietly(typed)
+            with contextlib.suppress(Exception):  # the error that ended the step stands
+                read.release()
             raise
     except AnalysisException as error:
         message = str(error).strip().splitlines()[0]

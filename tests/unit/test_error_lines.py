@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from spark_jobs.common import one_line
+import pytest
+
+from spark_jobs.common import connect_server_lost, one_line
 
 
 class Py4JJavaError(Exception):  # the name is what the classifier sees; no JVM here
@@ -20,3 +22,69 @@ def test_an_error_whose_text_needs_a_dead_jvm_still_gives_one_line() -> None:
 
 def test_an_error_without_a_message_is_named_by_its_kind() -> None:
     assert one_line(KeyError()) == "KeyError"
+
+
+class SparkConnectException(Exception):  # PySpark's, by name: what a client of a dead server gets
+    pass
+
+
+def _raised_while_cleaning_up() -> BaseException:
+    """The step's action fails as the server restarts; its cleanup (unpersist) then fails too."""
+    try:
+        try:
+            raise SparkConnectException(
+                "[INVALID_HANDLE.SESSION_CHANGED] The handle abc is invalid. The existing Spark "
+                "server driver instance has restarted. Please reconnect. SQLSTATE: HY000"
+            )
+        except SparkConnectException:
+            raise SparkConnectException(
+                "[NO_ACTIVE_SESSION] No active Spark session found."
+            ) from None
+    except SparkConnectException as error:
+        return error
+
+
+def test_a_server_restarted_mid_step_is_found_in_the_chain_and_named_with_its_url(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    error = _raised_while_cleaning_up()
+    # `from None` hides the first error from tracebacks, not from __context__: it is found.
+    assert "SESSION_CHANGED" in str(connect_server_lost(error))
+    monkeypatch.setenv("CDC_SPARK_REMOTE", "sc://server:15002")
+    line = one_line(error)
+    assert line.startswith("Spark Connect server sc://server:15002 stopped answering (")
+    assert "SESSION_CHANGED" in line and "rerun the step" in line
+
+
+def test_any_other_error_is_not_a_lost_server(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert connect_server_lost(ValueError("a bad row")) is None
+    monkeypatch.setenv("CDC_SPARK_REMOTE", "sc://server:15002")
+    assert one_line(ValueError("a bad row")) == "ValueError: a bad row"
+
+
+class _MultiThreadedRendezvous(Exception):  # gRPC's, by name
+    pass
+
+
+class PySparkRuntimeError(Exception):
+    pass
+
+
+def test_the_reason_is_the_line_naming_the_lost_session() -> None:
+    try:
+        try:
+            raise _MultiThreadedRendezvous(
+                "<_MultiThreadedRendezvous of RPC that terminated with:\n"
+                "\tstatus = StatusCode.INTERNAL\n"
+                '\tdetails = "[INVALID_HANDLE.SESSION_NOT_FOUND] The handle 09a1 is invalid."'
+            )
+        except _MultiThreadedRendezvous as grpc_error:
+            raise PySparkRuntimeError(
+                "[RESPONSE_ALREADY_RECEIVED] INVALID_HANDLE.SESSION_NOT_FOUND on the server but "
+                "responses were already received from it."
+            ) from grpc_error
+    except PySparkRuntimeError as error:
+        assert connect_server_lost(error) == (
+            "PySparkRuntimeError: [RESPONSE_ALREADY_RECEIVED] INVALID_HANDLE.SESSION_NOT_FOUND "
+            "on the server but responses were already received from it."
+        )
