@@ -151,6 +151,22 @@ class Postgres:
             ]
         )
 
+    def start_again(self) -> None:
+        """Start the (stopped) server on its folder and port; returns when it accepts queries."""
+        self._run(
+            [
+                str(BIN / "pg_ctl"),
+                "-D",
+                str(self.data),
+                "-l",
+                str(self.root / "server.log"),
+                "-w",
+                "-t",
+                "60",
+                "start",
+            ]
+        )
+
     def stop(self) -> None:
         pid_file = self.data / "postmaster.pid"
         if not pid_file.exists():
@@ -192,19 +208,7 @@ def start(root: Path) -> Postgres:
         "local all all trust\nhost all all 127.0.0.1/32 trust\n"
         "local replication all trust\nhost replication all 127.0.0.1/32 trust\n"
     )
-    server._run(
-        [
-            str(BIN / "pg_ctl"),
-            "-D",
-            str(server.data),
-            "-l",
-            str(root / "server.log"),
-            "-w",
-            "-t",
-            "60",
-            "start",
-        ]
-    )
+    server.start_again()
     return server
 
 
