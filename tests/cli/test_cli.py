@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -89,7 +90,9 @@ def test_vacuum_below_a_week_needs_force(workspace: Workspace) -> None:
 
 
 @pytest.mark.classic_only  # the CLI as a user first runs it: a Spark driver of its own
-def test_run_prints_one_summary_line_with_counts(any_workspace: Workspace) -> None:
+def test_run_prints_one_summary_line_with_counts(
+    any_workspace: Workspace, connect_server: Any
+) -> None:
     workspace = any_workspace
     workspace.configure(TABLE)
     workspace.land(
@@ -144,8 +147,10 @@ def test_run_prints_one_summary_line_with_counts(any_workspace: Workspace) -> No
     assert (newest.version, newest.operation, newest.rows_added) == (1, "overwrite_final", 2)
     (reason,) = quarantine_reasons(workspace.paths("t").quarantine, 1)
     assert reason.startswith("1 x ") and "Q" in reason
+    # The maintenance commands as Airflow's tasks run them, clients of the Connect server (each
+    # classic process would start a JVM of its own: about 20 s each on 2 cores).
     for command in (["optimize", "t"], ["reset-staging", "t"], ["vacuum", "t"]):
-        done = cdc(workspace, *command)
+        done = cdc(workspace, *command, CDC_SPARK_REMOTE=connect_server.url)
         assert done.returncode == 0, done.stderr
         assert done.stdout.startswith(f"{command[0]} t: "), done.stdout
     assert table_rows(workspace.paths("t").final, ["ID", "VALUE"]) == [(1, 2), (2, 1)]
