@@ -17,6 +17,7 @@ host's volumes and the compose network's DNS; `docker-compose config` and the pa
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import os
@@ -32,6 +33,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import psutil
 import yaml
 
 from cdc_airflow.connect_server import free_port, port_open
@@ -157,16 +159,21 @@ class Topology:
             self.services[name] = Service(argv, dict(env), self._spawn(name, argv, env), restart)
 
     def kill(self, name: str) -> None:
-        """kill -9 the service's whole process group (its children too); the restart policy
+        """kill -9 the service as `docker kill` kills its container: every process it started,
+        also those in process groups of their own (Airflow's task runners); the restart policy
         starts it again."""
-        os.killpg(self.services[name].process.pid, signal.SIGKILL)
+        process = self.services[name].process
+        descendants = _descendants(process.pid)
+        os.killpg(process.pid, signal.SIGKILL)
+        _kill_all(descendants)
 
     def stop(self, name: str) -> None:
-        """`docker stop`: SIGTERM, then SIGKILL; not restarted until `start_again`."""
+        """`docker stop`: SIGTERM, then SIGKILL, then whatever of the container is left; not
+        restarted until `start_again`."""
         with self.lock:
             service = self.services[name]
             service.held = True
-        stop_process_group(service.process)
+        _stop_tree(service.process)
 
     def start_again(self, name: str) -> None:
         with self.lock:
@@ -190,7 +197,7 @@ class Topology:
             for service in self.services.values():
                 service.held = True
         for service in reversed(list(self.services.values())):
-            stop_process_group(service.process)
+            _stop_tree(service.process)
 
     def log(self, name: str, lines: int = 40) -> str:
         text = (self.root / f"{name}.log").read_text(errors="replace")
@@ -212,6 +219,26 @@ class Topology:
         one psql call instead of an Airflow CLI start per poll)."""
         assert self.pg is not None
         return dataclasses.replace(self.pg, database="airflow").rows(query)
+
+
+def _descendants(pid: int) -> list[int]:
+    try:
+        return [child.pid for child in psutil.Process(pid).children(recursive=True)]
+    except psutil.NoSuchProcess:
+        return []
+
+
+def _kill_all(pids: list[int]) -> None:
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+
+
+def _stop_tree(process: subprocess.Popen[bytes]) -> None:
+    """A service's process group stopped, then any process it started elsewhere killed."""
+    descendants = _descendants(process.pid)
+    stop_process_group(process)
+    _kill_all(descendants)
 
 
 def _wait(what: str, ready: Any, timeout: float, topology: Topology, name: str) -> None:
