@@ -137,9 +137,7 @@ class ConnectBackend:
             except AirflowException:
                 raise
             except SparkUnavailableError as error:  # down when the step's session started
-                found = re.search(r"not reachable \((.*?)\)", str(error))
-                reason = found.group(1) if found else str(error)
-                raise self.unreachable(call.conn_id, reason) from error
+                raise self.unreachable(call.conn_id, error.reason) from error
             except Exception as error:
                 from spark_jobs.common import NOTHING_PAST, connect_server_lost
 
@@ -227,7 +225,7 @@ class ConnectBackend:
         try:
             socket.create_connection((host, port), timeout=10).close()
         except OSError as error:
-            raise self.unreachable(conn_id, str(error)) from error
+            raise self.unreachable(conn_id, str(error.strerror or error)) from error
 
     def session_factory(self, conn_id: str) -> Callable[[str], Any]:
         """A function giving this try's tagged Connect session; refuses a server that is down."""

@@ -28,4 +28,9 @@ class TableDamagedError(CdcError):
 
 class SparkUnavailableError(CdcError):
     """The Spark Connect server does not answer (down, or stopped mid-step): transient, a retry
-    of the step (Airflow's) may succeed; the message names the URL."""
+    of the step (Airflow's) may succeed; the message names the URL. `reason` is why, in a few
+    words (the socket's), for a caller that names the server its own way."""
+
+    def __init__(self, message: str, reason: str = "") -> None:
+        super().__init__(message)
+        self.reason = reason or message

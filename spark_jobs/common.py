@@ -126,10 +126,9 @@ def _message(error: BaseException) -> str:
 
 def one_line(error: BaseException) -> str:
     """An error as one line: its message's first line, prefixed by its kind for non-CDC errors."""
-    message = _message(error).strip()
-    text = message.splitlines()[0] if message else type(error).__name__
     if isinstance(error, CdcError):
-        return text
+        message = _message(error).strip()
+        return message.splitlines()[0] if message else type(error).__name__
     resource = _resource_problem(error)
     if resource is not None:
         return resource
@@ -141,7 +140,7 @@ def one_line(error: BaseException) -> str:
             f"Spark Connect server {remote} stopped answering ({lost}); "
             "nothing was committed past the last commit the summary reports: rerun the step"
         )
-    return f"{type(error).__name__}: {text}" if message else type(error).__name__
+    return error_line(error)
 
 
 # What a Spark Connect client reports when its server restarted or dropped the step's session:
@@ -150,7 +149,15 @@ def one_line(error: BaseException) -> str:
 # every call on that session with NO_ACTIVE_SESSION; a server that is gone, gRPC's UNAVAILABLE.
 # (Seen in tests/deploy/test_topology.py, the Connect server restarted during a cycle.)
 _SERVER_LOST_TYPES = ("SparkConnectGrpcException", "RetriesExceeded")
-_SERVER_LOST_MARKERS = ("INVALID_HANDLE.SESSION_", "NO_ACTIVE_SESSION", "StatusCode.UNAVAILABLE")
+# A server being stopped first stops its SparkContext: a job in flight then fails with one of the
+# last two (an IllegalStateException or SparkException sent back as an ordinary error).
+_SERVER_LOST_MARKERS = (
+    "INVALID_HANDLE.SESSION_",
+    "NO_ACTIVE_SESSION",
+    "StatusCode.UNAVAILABLE",
+    "Cannot call methods on a stopped SparkContext",
+    "because SparkContext was shut down",
+)
 
 
 def connect_server_lost(error: BaseException) -> str | None:

@@ -213,9 +213,11 @@ def _probe_connect_server(url: str) -> None:
         with socket.create_connection((host, port), timeout=min(10.0, connect_timeout())):
             return
     except OSError as error:
+        reason = str(error.strerror or error)
         raise SparkUnavailableError(
-            f"Spark Connect server {url} is not reachable ({error.strerror or error}): start it "
-            "(`make airflow` starts one) or fix CDC_SPARK_REMOTE"
+            f"Spark Connect server {url} is not reachable ({reason}): start it "
+            "(`make airflow` starts one) or fix CDC_SPARK_REMOTE",
+            reason,
         ) from None
 
 

@@ -100,7 +100,10 @@ def test_a_server_that_is_down_is_a_retryable_error_naming_connection_and_url(
     assert isinstance(raised.value, AirflowException)
     assert not isinstance(raised.value, AirflowFailException)
     message = str(raised.value)
-    assert f"connection 'spark_default' at {dead_server} is not reachable" in message
+    assert (
+        f"connection 'spark_default' at {dead_server} is not reachable (Connection refused);"
+        in (message)
+    )
 
 
 def test_object_store_credentials_come_from_the_airflow_connection(

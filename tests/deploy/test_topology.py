@@ -242,28 +242,45 @@ def test_the_celery_worker_killed_during_a_rewrite(
     assert events and "did not emit heartbeat" in events[0]["extra"], events
 
 
+def logged_errors(log: str) -> str:
+    """The error records of a task's log (what a failed assertion shows), each cut to 1500."""
+    return "\n".join(line[:1500] for line in log.splitlines() if '"level":"error"' in line)
+
+
+def land_and_backfill(
+    topology: Topology, ws: Workspace, model: Model, hours: dict[str, int]
+) -> None:
+    """Land one hour of changes per table, backfill that hour, and return once a stage runs."""
+    for table, hour in hours.items():
+        model.land(ws, table, hour)
+        backfill(topology, (table,), hour, hour)
+    wait_for("a running stage", lambda: running_task(topology, "stage", TABLES), 300, topology)
+
+
+def intervals(hours: dict[str, int]) -> set[tuple[str, str]]:
+    """(table, hour) of each backfilled interval, as retried_tasks takes them."""
+    return {(table, f"{hour:02d}") for table, hour in hours.items()}
+
+
 def test_the_connect_server_restarted_during_a_cycle(
     deployment: tuple[Topology, Workspace, Model],
 ) -> None:
     topology, ws, model = deployment
     hours = {"t1": 3, "t2": 2, APPEND: 3}
-    for table, hour in hours.items():
-        model.land(ws, table, hour)
-        backfill(topology, (table,), hour, hour)
-    wait_for("a running stage", lambda: running_task(topology, "stage", TABLES), 300, topology)
+    land_and_backfill(topology, ws, model, hours)
     topology.stop("spark-connect")
     topology.start_again("spark-connect")  # docker restart
     runs = wait_for("the cycle retried", lambda: finished(topology, model), 900, topology)
     assert_exact(ws, model, runs)
     # The step whose session the restart ended failed once, saying so; its retry succeeded.
-    retried = retried_tasks(topology, {(t, f"{h:02d}") for t, h in hours.items()})
+    retried = retried_tasks(topology, intervals(hours))
     assert retried, "no task of the cycle failed: the restart came too late"
     for task in retried:
         failed = task_log(topology, task, task["try_number"] - 1)
         # "... restarted or stopped answering during the step (...)", or "... is not
         # reachable (...)" for a step that started while it was down.
         named = "Spark Connect server of connection 'spark_default' at sc://127.0.0.1:"
-        assert named in failed, failed[-3000:]
+        assert named in failed, logged_errors(failed)
 
 
 def test_postgresql_stopped_for_30_seconds(
@@ -271,10 +288,7 @@ def test_postgresql_stopped_for_30_seconds(
 ) -> None:
     topology, ws, model = deployment
     hours = {"t1": 4, "t2": 3, APPEND: 4}
-    for table, hour in hours.items():
-        model.land(ws, table, hour)
-        backfill(topology, (table,), hour, hour)
-    wait_for("a running stage", lambda: running_task(topology, "stage", TABLES), 300, topology)
+    land_and_backfill(topology, ws, model, hours)
     assert topology.pg is not None
     scheduler_log = topology.root / "airflow-scheduler.log"
     before = scheduler_log.stat().st_size
@@ -295,6 +309,6 @@ def test_postgresql_stopped_for_30_seconds(
     # "Database error"; or its supervisor's "Too many failed heartbeats" after 3 failed
     # heartbeats, 5 s apart); its retry succeeded.
     causes = ("Database error", "Connection refused", "Too many failed heartbeats")
-    for task in retried_tasks(topology, {(t, f"{h:02d}") for t, h in hours.items()}):
+    for task in retried_tasks(topology, intervals(hours)):
         failed = task_log(topology, task, task["try_number"] - 1)
-        assert any(cause in failed for cause in causes), failed[-3000:]
+        assert any(cause in failed for cause in causes), logged_errors(failed)

@@ -88,3 +88,24 @@ def test_the_reason_is_the_line_naming_the_lost_session() -> None:
             "PySparkRuntimeError: [RESPONSE_ALREADY_RECEIVED] INVALID_HANDLE.SESSION_NOT_FOUND "
             "on the server but responses were already received from it."
         )
+
+
+class UnknownException(Exception):  # PySpark's name for a Java error it has no class for
+    pass
+
+
+@pytest.mark.parametrize(
+    "message",
+    [
+        "(java.lang.IllegalStateException) Cannot call methods on a stopped SparkContext.\n"
+        "This stopped SparkContext was created at:\n\n"
+        "org.apache.spark.sql.connect.service.SparkConnectServer.main(SparkConnectServer.scala)",
+        "(org.apache.spark.SparkException) Job 12 cancelled because SparkContext was shut down",
+    ],
+)
+def test_a_job_ended_by_the_server_stopping_its_context_is_a_lost_server(message: str) -> None:
+    # What a step in flight gets while the Connect server is being stopped (seen in the
+    # deployment test): an ordinary error, not a gRPC one, so only its words tell.
+    assert connect_server_lost(UnknownException(message)) == (
+        f"UnknownException: {message.splitlines()[0]}"
+    )
