@@ -32,6 +32,7 @@ from typing import Any
 from airflow.sdk import BaseNotifier
 
 from cdc_pipeline.columns import REASON
+from cdc_pipeline.counts import StageCounts, count
 from cdc_pipeline.paths import Location, as_location
 from spark_jobs.storage import store_for
 
@@ -288,10 +289,8 @@ class QuarantineFinding:
 
 def quarantine_finding(report: Mapping[str, Any] | None, limit: float) -> QuarantineFinding:
     """The finding of a stage report's counts (a report without counts read nothing)."""
-    counts = (report or {}).get("counts") or {}
-    return QuarantineFinding(
-        int(counts.get("rows_read") or 0), int(counts.get("quarantined") or 0), limit
-    )
+    counts = StageCounts.of_payload((report or {}).get("counts"))
+    return QuarantineFinding(count(counts.rows_read), count(counts.quarantined), limit)
 
 
 def quarantine_reasons(quarantine_path: Location, version: int, limit: int = 5) -> list[str]:

@@ -212,7 +212,7 @@ class ConnectBackend:
         for result in results:
             log.info("%s", result.line())
         report = check_report(results)
-        if report.counts["breached"]:
+        if report.result.breached:
             raise AirflowException(f"check: {report.line()}; the breaches are logged above")
         return summary_payload(report)
 

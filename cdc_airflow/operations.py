@@ -32,6 +32,7 @@ from cdc_airflow.alerts import (
     quarantine_reasons,
     send_alert,
 )
+from cdc_pipeline.counts import OverwriteCounts, StageCounts, count
 from cdc_pipeline.durations import format_duration
 from cdc_pipeline.manual_runs import run_interval
 from cdc_pipeline.planning import DagPlan, TaskPlan, cron_of, table_asset_uri
@@ -222,8 +223,8 @@ def alert_outside_window(context: Any, table: str, result: Any, notify: Sequence
     """Alert when a stage counted files landed in hour folders older than its late-arrival
     window: they are never staged by a scheduled run (the warning in the log names them and the
     `cdc run` that applies them)."""
-    counts = (result or {}).get("counts") or {} if isinstance(result, dict) else {}
-    outside = int(counts.get("files_outside_window") or 0)
+    payload = (result or {}).get("counts") if isinstance(result, dict) else None
+    outside = count(StageCounts.of_payload(payload).files_outside_window)
     if not outside:
         return
     message = (
@@ -253,9 +254,11 @@ def task_alert(
     )
 
 
-def final_changed(counts: dict[str, Any]) -> bool:
-    """Whether an overwrite-final run changed final: it rewrote a partition or wrote rows."""
-    return any(int(counts.get(k) or 0) > 0 for k in ("partitions_rewritten", "rows_written"))
+def final_changed(payload: dict[str, Any]) -> bool:
+    """Whether an overwrite-final run (its summary's counts) changed final: it rewrote a
+    partition or wrote rows."""
+    counts = OverwriteCounts.of_payload(payload)
+    return count(counts.partitions_rewritten) > 0 or count(counts.rows_written) > 0
 
 
 @dataclass(frozen=True)

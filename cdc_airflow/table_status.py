@@ -19,6 +19,7 @@ from urllib.parse import unquote
 
 from cdc_pipeline.columns import CHECK_FILE, REASON
 from cdc_pipeline.config import TableConfig, load_table_configs
+from cdc_pipeline.counts import OverwriteCounts, StageCounts
 from cdc_pipeline.paths import Location, TablePaths
 from cdc_pipeline.steps import ERROR_XCOM, count_task_ids
 from spark_jobs.freshness import DataFreshness, data_freshness
@@ -428,10 +429,12 @@ def run_point(
     """A run and its steps' XCom values (task_id -> return_value) as one point of the history;
     `times` its start and end (its duration), `failures` its failed tasks and reasons, `started`
     when it started or was queued (default: its start)."""
-    stage, final = _counts(xcoms.get("stage")), _counts(xcoms.get("overwrite_final"))
-    if str(stage.get("noop")).lower() == "true":
+    stage_counts = _counts(xcoms.get("stage"))
+    stage = StageCounts.of_payload(stage_counts)
+    final = OverwriteCounts.of_payload(_counts(xcoms.get("overwrite_final")))
+    if str(stage_counts.get("noop")).lower() == "true":
         # An interval without landing files: the step did nothing, so nothing was read or staged.
-        stage = {"rows_read": 0, "staged": 0, "quarantined": 0, **stage}
+        stage = StageCounts(rows_read=0, staged=0, quarantined=0).with_reported(stage)
     begun, ended = (_utc(t) for t in times)
     return RunPoint(
         run_id=run_id,
@@ -439,13 +442,13 @@ def run_point(
         interval_start=_utc(interval[0]),
         interval_end=_utc(interval[1]),
         seconds=(ended - begun).total_seconds() if begun and ended else None,
-        files=_int(stage.get("files")),
-        rows_read=_int(stage.get("rows_read")),
-        staged=_int(stage.get("staged")),
-        quarantined=_int(stage.get("quarantined")),
-        changes=_int(final.get("changes")),
-        rows_written=_int(final.get("rows_written")),
-        partitions_rewritten=_int(final.get("partitions_rewritten")),
+        files=_int(stage.files),
+        rows_read=_int(stage.rows_read),
+        staged=_int(stage.staged),
+        quarantined=_int(stage.quarantined),
+        changes=_int(final.changes),
+        rows_written=_int(final.rows_written),
+        partitions_rewritten=_int(final.partitions_rewritten),
         started=_utc(started) or begun,
         failures=tuple(failures),
     )

@@ -578,7 +578,7 @@ def run_case(
         "partitions": spec.partitions,
         "touched_partitions": touched,
         "touched_fraction": fraction,
-        "changes": staged.counts.get("staged"),
+        "changes": staged.result.staged,
         "stage_seconds": stage_seconds,
         "identical": identical,
         "methods": {m.method: asdict(m) for m in measures},

@@ -167,6 +167,7 @@ def validate(config: Path | None) -> int:
 def run_both(args) -> int:  # type: ignore[no-untyped-def]
     """`cdc run`: the registry's composite (stage then overwrite-final) in one Spark session,
     one summary line."""
+    from cdc_pipeline.counts import CompositeCounts
     from spark_jobs.common import StepContext, StepReport, execute, load_body
 
     def body(context: StepContext, step_args) -> StepReport:  # type: ignore[no-untyped-def]
@@ -174,7 +175,8 @@ def run_both(args) -> int:  # type: ignore[no-untyped-def]
             name: load_body(step_named(name))(context, step_args).counts for name in RUN.steps
         }
         interval = str(step_args.interval())
-        return StepReport(RUN.name, context.table.name, interval, RUN.counts(reported))
+        picked = CompositeCounts(RUN.counts(reported))
+        return StepReport(RUN.name, context.table.name, interval, picked)
 
     return execute(args, RUN.name, body)
 

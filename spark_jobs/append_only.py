@@ -8,13 +8,16 @@ from typing import Any
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
+from cdc_pipeline.counts import OverwriteCounts
 from spark_jobs import delta
 from spark_jobs.common import StepContext, StepReport
 from spark_jobs.final_table import evolve_to_staging, final_schema, partition_filters
 from spark_jobs.transforms import FLAG, latest_arrival_per_key_and_sequence
 
 
-def append_inserts(context: StepContext, changes: DataFrame, report: StepReport) -> None:
+def append_inserts(
+    context: StepContext, changes: DataFrame, report: StepReport[OverwriteCounts]
+) -> None:
     """Insert-only path: append each (key, sequence) not yet in final; never rewrite old files."""
     table, paths, spark = context.table, context.paths, context.spark
     partition_by = table.partition_by
@@ -34,22 +37,20 @@ def append_inserts(context: StepContext, changes: DataFrame, report: StepReport)
         fresh = fresh_candidates.join(existing, on=identity, how="left_anti")
         run_id = delta.new_run_id()
         written = delta.write_files(fresh, paths.final, partition_by, run_id, table.zorder_by)
-        report.counts.update(
-            rows_written=written.rows, partitions_rewritten=0, final_version=final.version
-        )
+        report.result.rewrote(0, written.rows, final.version)
         if not written.actions:
             return attempt
         delta.inject_fault("overwrite_final:before_commit")
         result = delta.try_commit(final, written, "append", "append_inserts", run_id)
         if result is None:
             return None
-        report.counts["final_version"] = result.version
+        report.result.final_version = result.version
         if result.interfering_versions:
             # A concurrent append may hold the same events: remove duplicates where they can be.
-            report.counts["final_version"] = remove_duplicate_events(context, partitions)
+            report.result.final_version = remove_duplicate_events(context, partitions)
         return attempt
 
-    report.counts["attempts"] = delta.with_retries(f"table {table.name}: final", attempt_append)
+    report.result.attempts = delta.with_retries(f"table {table.name}: final", attempt_append)
 
 
 def remove_duplicate_events(context: StepContext, partitions: set[Any] | None) -> int:

@@ -32,6 +32,7 @@ from pyspark.sql.types import (
 
 from cdc_pipeline.columns import SOURCE_TS_MS
 from cdc_pipeline.config import TableConfig
+from cdc_pipeline.counts import AsOfCounts
 from cdc_pipeline.errors import ConfigError, InputError, UsageError
 from cdc_pipeline.intervals import parse_timestamp
 from cdc_pipeline.paths import Location
@@ -105,16 +106,18 @@ def write_output(frame: DataFrame, path: Location, table: TableConfig) -> int:
     return result.version
 
 
-def run_as_of(context: StepContext, at: str, output: Location | None, limit: int) -> StepReport:
+def run_as_of(
+    context: StepContext, at: str, output: Location | None, limit: int
+) -> StepReport[AsOfCounts]:
     """Write the table as of `at` to `output`, or print a sample of it."""
     table = context.table
-    report = StepReport("as-of", table.name, f"at {at}")
+    report = StepReport("as-of", table.name, f"at {at}", AsOfCounts())
     frame = persisted(as_of_frame(context, at))
     try:
-        report.counts["rows"] = frame.count()
+        report.result.rows = frame.count()
         if output is not None:
-            report.counts["output"] = str(output)
-            report.counts["output_version"] = write_output(frame, output, table)
+            report.result.output = str(output)
+            report.result.output_version = write_output(frame, output, table)
             return report
         # Spark renders the values (timestamps in the session's UTC), the driver prints them.
         as_text = frame.orderBy(*table.keys).select(
@@ -126,13 +129,13 @@ def run_as_of(context: StepContext, at: str, output: Location | None, limit: int
         print("\t".join(frame.columns))
         for row in sample:
             print("\t".join("" if v is None else v for v in row))
-        report.counts["printed"] = len(sample)
+        report.result.printed = len(sample)
     finally:
         frame.unpersist()
     return report
 
 
-def as_of_step(context: StepContext, args: StepArgs) -> StepReport:
+def as_of_step(context: StepContext, args: StepArgs) -> StepReport[AsOfCounts]:
     """`cdc as-of` body."""
     if args.at is None:
         raise UsageError("--at is required")

@@ -36,6 +36,7 @@ from pyspark.sql import functions as F
 from cdc_pipeline import summaries
 from cdc_pipeline.columns import CHECK_FILE
 from cdc_pipeline.config import TableConfig, load_table_configs
+from cdc_pipeline.counts import CheckCounts
 from cdc_pipeline.errors import ConfigError
 from cdc_pipeline.paths import Location, TablePaths
 from spark_jobs import delta
@@ -411,13 +412,13 @@ def execute_check(config: Path | None, names: Sequence[str]) -> int:
     return exit_code(results)
 
 
-def check_report(results: Sequence[CheckResult]) -> StepReport:
+def check_report(results: Sequence[CheckResult]) -> StepReport[CheckCounts]:
     """The step's summary: tables checked, tables breached, breaches."""
-    counts: dict[str, Any] = {
-        "tables": len(results),
-        "breached": sum(not r.ok for r in results),
-        "breaches": sum(len(r.breaches) for r in results),
-    }
+    counts = CheckCounts(
+        tables=len(results),
+        breached=sum(not r.ok for r in results),
+        breaches=sum(len(r.breaches) for r in results),
+    )
     return StepReport("check", ",".join(r.table for r in results), "", counts)
 
 

@@ -10,17 +10,20 @@ import subprocess
 import sys
 import traceback
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 from cdc_pipeline import summaries
 from cdc_pipeline.config import TableConfig, load_table_configs
+from cdc_pipeline.counts import Counts, NoopCounts
 from cdc_pipeline.errors import CdcError, ConfigError, TableDamagedError, UsageError
 from cdc_pipeline.intervals import Interval
 from cdc_pipeline.paths import Location, TablePaths, as_location
 from cdc_pipeline.steps import ArgumentKind, Step, step_named
 from spark_jobs.notices import show_warnings_on_stderr
+
+C = TypeVar("C", bound=Counts)
 
 
 @dataclass(frozen=True)
@@ -100,13 +103,19 @@ class StepContext:
 
 
 @dataclass
-class StepReport:
-    """What a step did, printed as one summary line: `step table interval: key=value ...`."""
+class StepReport(Generic[C]):
+    """What a step did, printed as one summary line: `step table interval: key=value ...`.
+    `result` is the step's typed counts (`cdc_pipeline.counts`); `counts` the same by name."""
 
     step: str
     table: str
-    interval: str = ""
-    counts: dict[str, Any] = field(default_factory=dict)
+    interval: str
+    result: C
+
+    @property
+    def counts(self) -> dict[str, Any]:
+        """The counts by name, in the order the line shows them (the JSON's `counts`)."""
+        return self.result.as_dict()
 
     def line(self) -> str:
         """The one-line summary."""
@@ -381,7 +390,7 @@ def interval_has_work(paths: TablePaths, table: TableConfig, interval: Interval)
 
 def noop_report(prog: str, table: str, interval: Interval) -> StepReport:
     """The report of an interval with nothing to do: no landing file, no staged batch."""
-    return StepReport(prog, table, str(interval), {"noop": "true", "files": 0})
+    return StepReport(prog, table, str(interval), NoopCounts())
 
 
 def summary_payload(report: StepReport) -> dict[str, Any]:

@@ -8,6 +8,7 @@ from typing import Any
 from pyspark.sql.types import StructType
 
 from cdc_pipeline.config import TableConfig
+from cdc_pipeline.counts import OverwriteCounts
 from spark_jobs import delta
 from spark_jobs.common import StepContext, StepReport
 from spark_jobs.notices import warn
@@ -26,14 +27,16 @@ def tombstone_schema(staging_schema: StructType, table: TableConfig) -> StructTy
     return StructType([staging_schema[n] for n in names])
 
 
-def evolve_to_staging(context: StepContext, staging_schema: StructType, report: StepReport) -> None:
+def evolve_to_staging(
+    context: StepContext, staging_schema: StructType, report: StepReport[OverwriteCounts]
+) -> None:
     """Give final (and tombstones) the columns and widened types staging has gained."""
     table, paths, spark = context.table, context.paths, context.spark
     changed = delta.evolve_table(spark, paths.final, final_schema(staging_schema))
     if not table.insert_only:
         delta.evolve_table(spark, paths.tombstones, tombstone_schema(staging_schema, table))
     if changed:
-        report.counts["schema_changes"] = len(changed)
+        report.result.schema_changes = len(changed)
         warn(f"table {table.name}: final schema evolved: {', '.join(changed)}")
 
 

@@ -35,6 +35,7 @@ from pyspark.sql.types import BooleanType, IntegerType, StructField, StructType
 
 from cdc_pipeline.columns import BUCKET, IS_CURRENT, IS_DELETED, VALID_FROM, VALID_TO
 from cdc_pipeline.config import TableConfig
+from cdc_pipeline.counts import OverwriteCounts, ResetCounts
 from cdc_pipeline.errors import ConfigError
 from spark_jobs import delta
 from spark_jobs.absent import fill_absent
@@ -300,7 +301,7 @@ def update_history(
     context: StepContext,
     changes: DataFrame,
     final_rows: DataFrame | None,
-    report: StepReport,
+    report: StepReport[OverwriteCounts],
     recut_all: bool = False,
 ) -> None:
     """Log the interval's changes and recut the history of the buckets they touch.
@@ -335,15 +336,10 @@ def update_history(
         context, buckets, unless_held=logged == 0 or recut_all
     )
     rewritten = len(buckets) if buckets is not None else table.history_buckets
-    report.counts.update(
-        history_changes_logged=logged,
-        history_buckets_rewritten=rewritten if committed else 0,
-        history_rows_written=versions,
-        history_version=history_version,
-    )
+    report.result.logged(logged, rewritten if committed else 0, versions, history_version)
 
 
-def flush_staging(context: StepContext, staged: DataFrame, report: StepReport) -> None:
+def flush_staging(context: StepContext, staged: DataFrame, report: StepReport[ResetCounts]) -> None:
     """Before reset-staging compacts staging, log the changes the log does not hold yet.
 
     A change staged but not applied yet may lose to a later one in the reset; its interval's
@@ -357,4 +353,4 @@ def flush_staging(context: StepContext, staged: DataFrame, report: StepReport) -
     logged, buckets = append_to_log(context, staged.withColumn(BUCKET, key_bucket(table)), None)
     if buckets:
         recut(context, buckets)
-    report.counts["history_changes_logged"] = logged
+    report.result.history_changes_logged = logged

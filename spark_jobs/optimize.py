@@ -8,6 +8,7 @@ from collections.abc import Sequence
 
 from deltalake.exceptions import CommitFailedError
 
+from cdc_pipeline.counts import OptimizeCounts
 from cdc_pipeline.paths import Location
 from spark_jobs import delta
 from spark_jobs.common import StepArgs, StepContext, StepReport, run_step
@@ -70,12 +71,11 @@ def checkpoint(path: Location) -> None:
         snapshot.table.create_checkpoint()
 
 
-def run_optimize(context: StepContext) -> StepReport:
+def run_optimize(context: StepContext) -> StepReport[OptimizeCounts]:
     """Optimize final (Z-ordered by zorder_by), then compact staging, quarantine and tombstones."""
     table, paths = context.table, context.paths
-    report = StepReport("optimize", table.name)
     before, after, partitions = optimize_table(paths.final, table.zorder_by)
-    report.counts.update(
+    counts = OptimizeCounts(
         final_files_before=before, final_files_after=after, partitions_optimized=partitions
     )
     others = [
@@ -90,14 +90,14 @@ def run_optimize(context: StepContext) -> StepReport:
         others += [("history", paths.history), ("history_log", paths.history_log)]
     for name, path in others:
         before, after, _ = optimize_table(path)
-        report.counts[f"{name}_files"] = f"{before}->{after}"
+        counts.others[f"{name}_files"] = f"{before}->{after}"
     for path in (paths.final, paths.staging, paths.ledger, paths.applied):
         checkpoint(path)
-    report.counts["final_version"] = delta.load_snapshot(paths.final).version
-    return report
+    counts.final_version = delta.load_snapshot(paths.final).version
+    return StepReport("optimize", table.name, "", counts)
 
 
-def optimize_step(context: StepContext, args: StepArgs) -> StepReport:
+def optimize_step(context: StepContext, args: StepArgs) -> StepReport[OptimizeCounts]:
     """`cdc optimize` body."""
     return run_optimize(context)
 

@@ -24,6 +24,7 @@ from pyspark.sql import functions as F
 
 from cdc_pipeline.columns import TECHNICAL_PREFIX
 from cdc_pipeline.config import TableConfig
+from cdc_pipeline.counts import OverwriteCounts, count
 from cdc_pipeline.errors import ConfigError
 from cdc_pipeline.intervals import Interval
 from cdc_pipeline.paths import Location
@@ -290,7 +291,10 @@ def _routed_output(
 
 
 def apply_changes(
-    context: StepContext, changes: DataFrame, report: StepReport, cut: Cut | None = None
+    context: StepContext,
+    changes: DataFrame,
+    report: StepReport[OverwriteCounts],
+    cut: Cut | None = None,
 ) -> DataFrame:
     """Upsert/delete path: rewrite the touched partitions of final, retrying on conflicts.
     Returns the changes with the values they did not carry filled in (what history logs)."""
@@ -300,8 +304,9 @@ def apply_changes(
     delta.ensure_table(paths.final, final_schema(staging_schema), partition_by)
     delta.ensure_table(paths.tombstones, tombstone_schema(staging_schema, table), [])
     evolve_to_staging(context, staging_schema, report)
-    broadcast = report.counts["changes"] <= BROADCAST_CHANGES_MAX
-    if report.counts["changes"] <= LOCAL_KEYS_MAX:
+    counts = report.result
+    broadcast = count(counts.changes) <= BROADCAST_CHANGES_MAX
+    if count(counts.changes) <= LOCAL_KEYS_MAX:
         changed = changed_keys_on_driver(context, changes, broadcast)
     else:
         changed = changed_keys_in_spark(context, changes, broadcast)
@@ -312,19 +317,17 @@ def apply_changes(
     rewrite = _Rewrite(context, changes, changed, routes, report, cut)
     try:
         if changed.local is not None and changed.lookup_local is not None:
-            report.counts["keys"] = changed.local.num_rows
-            report.counts["keys_looked_up"] = changed.lookup_local.num_rows
+            counts.keys = changed.local.num_rows
+            counts.keys_looked_up = changed.lookup_local.num_rows
         else:
-            report.counts["keys"] = changed.frame.count()  # also caches the keys for the joins
-            report.counts["keys_looked_up"] = (
-                changed.lookup.count()
-                if changed.lookup is not changed.frame
-                else report.counts["keys"]
+            counts.keys = changed.frame.count()  # also caches the keys for the joins
+            counts.keys_looked_up = (
+                changed.lookup.count() if changed.lookup is not changed.frame else counts.keys
             )
         attempts = delta.with_retries(f"table {table.name}: final", rewrite.attempt_rewrite)
     finally:
         changed.release()
-    report.counts.update(tombstones_added=rewrite.tombstones_added, attempts=attempts)
+    counts.tombstones_added, counts.attempts = rewrite.tombstones_added, attempts
     return rewrite.filled if rewrite.filled is not None else changes
 
 
@@ -336,7 +339,7 @@ class _Rewrite:
     changes: DataFrame
     changed: ChangedKeys
     routes: dict[str, tuple[Location, list[str], list[str]]]
-    report: StepReport
+    report: StepReport[OverwriteCounts]
     cut: Cut | None = None
     tombstones_added: int = 0
     filled: DataFrame | None = None
@@ -358,9 +361,7 @@ class _Rewrite:
         try:
             if _changes_nothing(plan, report, table.name):
                 # A rerun of an applied interval: nothing to commit, final keeps its version.
-                report.counts.update(
-                    partitions_rewritten=0, rows_written=0, final_version=final.version
-                )
+                report.result.rewrote(0, 0, final.version)
                 return attempt
             run_id = delta.new_run_id()
             written = delta.write_routed(plan.output, self.routes, run_id, table.zorder_by)
@@ -381,9 +382,7 @@ class _Rewrite:
                 delta.remove_duplicate_rows(context.spark, paths.tombstones, "tombstones")
         if plan.touched is not None and not plan.touched:
             new_final.delete()
-            report.counts.update(
-                partitions_rewritten=0, rows_written=0, final_version=final.version
-            )
+            report.result.rewrote(0, 0, final.version)
             return attempt
         delta.inject_fault("overwrite_final:before_commit")
         # Exclusive: the result holds only if final did not change since it was read (an
@@ -400,19 +399,16 @@ class _Rewrite:
         if result is None:
             return None
         delta.inject_fault("overwrite_final:after_commit")
-        report.counts.update(
-            partitions_rewritten=len(plan.touched) if plan.touched is not None else 1,
-            rows_written=new_final.rows,
-            final_version=result.version,
-        )
+        touched = len(plan.touched) if plan.touched is not None else 1
+        report.result.rewrote(touched, new_final.rows, result.version)
         return attempt
 
 
-def _changes_nothing(plan: Plan, report: StepReport, table: str) -> bool:
+def _changes_nothing(plan: Plan, report: StepReport[OverwriteCounts], table: str) -> bool:
     """The plan's verdict; changes left with values nothing carried are counted and warned."""
     nothing, unfilled = plan.verdict()
     if unfilled:
-        report.counts["changes_with_unknown_values"] = unfilled
+        report.result.changes_with_unknown_values = unfilled
         warn_unfilled(table, unfilled)
     return nothing
 
@@ -449,11 +445,11 @@ def history_seed(context: StepContext, columns: Sequence[str]) -> DataFrame | No
     return result
 
 
-def run_overwrite_final(context: StepContext, interval: Interval) -> StepReport:
+def run_overwrite_final(context: StepContext, interval: Interval) -> StepReport[OverwriteCounts]:
     """Apply every staged change final has not applied yet (whatever hour folder or run it came
     from), then mark its file versions applied."""
     table, paths = context.table, context.paths
-    report = StepReport("overwrite-final", table.name, str(interval))
+    report = StepReport("overwrite-final", table.name, str(interval), OverwriteCounts())
     # The ledger before staging: every file version it lists as staged has its rows in the
     # staging snapshot read next (stage commits staging before the ledger).
     pending = applied.pending_files(paths, whole_extracts=table.change_format == "snapshot")
@@ -464,7 +460,7 @@ def run_overwrite_final(context: StepContext, interval: Interval) -> StepReport:
         # reset-staging: nothing of them is left to apply.
         applied.mark_applied(paths, pending, delta.new_run_id(), None)
         final = delta.load_snapshot(paths.final)
-        report.counts.update(
+        report.result = OverwriteCounts(
             changes=0,
             keys=0,
             partitions_rewritten=0,
@@ -473,18 +469,13 @@ def run_overwrite_final(context: StepContext, interval: Interval) -> StepReport:
             final_version=final.version,
         )
         if table.history:
-            report.counts.update(
-                history_changes_logged=0,
-                history_buckets_rewritten=0,
-                history_rows_written=0,
-                history_version=delta.load_snapshot(paths.history).version,
-            )
+            report.result.logged(0, 0, 0, delta.load_snapshot(paths.history).version)
         return report
     _check_zorder_columns(table, staging)
     delta.inject_fault("overwrite_final:before_first_write")
     changes = persisted(_pending_changes(context, staging, pending))
     try:
-        report.counts["changes"] = _count_changes(staging, pending, changes)
+        report.result.changes = _count_changes(staging, pending, changes)
         if table.insert_only:
             append_inserts(context, changes, report)
         else:
@@ -492,14 +483,16 @@ def run_overwrite_final(context: StepContext, interval: Interval) -> StepReport:
     finally:
         changes.unpersist()
     delta.inject_fault("overwrite_final:before_applied_marks")
-    applied.mark_applied(paths, pending, delta.new_run_id(), report.counts.get("final_version"))
-    report.counts["files_applied"] = len(pending.files)
+    applied.mark_applied(paths, pending, delta.new_run_id(), report.result.final_version)
+    report.result.files_applied = len(pending.files)
     if catalog.outlives_this_process(context.spark):
         catalog.register_tables(context.spark, table, paths)
     return report
 
 
-def _apply_and_log(context: StepContext, changes: DataFrame, report: StepReport) -> None:
+def _apply_and_log(
+    context: StepContext, changes: DataFrame, report: StepReport[OverwriteCounts]
+) -> None:
     """Upserts, deletes and truncates into final, then (history: true) the log and history."""
     table, paths = context.table, context.paths
     cut = truncate_cut(context, changes)
@@ -508,7 +501,7 @@ def _apply_and_log(context: StepContext, changes: DataFrame, report: StepReport)
     if cut is not None:
         applicable = data_changes.filter(at_or_after(table.sequence_by, cut.values))
         if cut.moved:
-            report.counts["truncates_applied"] = cut.applied
+            report.result.truncates_applied = cut.applied
     filled = apply_changes(context, applicable, report, cut)
     if not table.history:
         return
@@ -561,7 +554,7 @@ def _count_changes(staging: delta.Snapshot, pending: applied.Pending, changes: D
     return changes.count()
 
 
-def overwrite_final_step(context: StepContext, args: StepArgs) -> StepReport:
+def overwrite_final_step(context: StepContext, args: StepArgs) -> StepReport[OverwriteCounts]:
     """`cdc overwrite-final` body."""
     return run_overwrite_final(context, args.interval())
 

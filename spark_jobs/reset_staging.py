@@ -13,6 +13,7 @@ from collections.abc import Sequence
 
 from pyspark.sql import DataFrame
 
+from cdc_pipeline.counts import ResetCounts
 from spark_jobs import delta, history
 from spark_jobs.common import StepArgs, StepContext, StepReport, run_step
 from spark_jobs.overwrite_final import as_changes
@@ -44,15 +45,15 @@ def compacted_staging(context: StepContext, staging: delta.Snapshot) -> DataFram
     return latest_change_per_key(candidates, table.keys, table.sequence_by).select(*columns)
 
 
-def run_reset_staging(context: StepContext) -> StepReport:
+def run_reset_staging(context: StepContext) -> StepReport[ResetCounts]:
     """Replace staging by its compacted form in one overwrite commit."""
     paths = context.paths
-    report = StepReport("reset-staging", context.table.name)
+    report = StepReport("reset-staging", context.table.name, "", ResetCounts())
 
-    def attempt(number: int) -> StepReport | None:
+    def attempt(number: int) -> StepReport[ResetCounts] | None:
         staging = delta.load_snapshot(paths.staging)
         if not staging.exists:
-            report.counts.update(rows_before=0, rows_after=0, staging_version=-1)
+            report.result.reset(0, 0, -1)
             return report
         if context.table.history and number == 1:
             history.flush_staging(context, delta.read_snapshot(context.spark, staging), report)
@@ -63,17 +64,13 @@ def run_reset_staging(context: StepContext) -> StepReport:
         result = delta.try_commit(staging, written, "overwrite", "reset_staging", run_id)
         if result is None:
             return None
-        report.counts.update(
-            rows_before=staging.num_records,
-            rows_after=written.rows,
-            staging_version=result.version,
-        )
+        report.result.reset(staging.num_records, written.rows, result.version)
         return report
 
     return delta.with_retries(f"table {context.table.name}: reset-staging", attempt)
 
 
-def reset_staging_step(context: StepContext, args: StepArgs) -> StepReport:
+def reset_staging_step(context: StepContext, args: StepArgs) -> StepReport[ResetCounts]:
     """`cdc reset-staging` body."""
     return run_reset_staging(context)
 

@@ -7,6 +7,7 @@ import time
 from collections.abc import Sequence
 
 from cdc_pipeline.config import VACUUM_SAFE_HOURS
+from cdc_pipeline.counts import VacuumCounts
 from cdc_pipeline.errors import UsageError
 from cdc_pipeline.paths import Location
 from spark_jobs import delta
@@ -16,7 +17,9 @@ from spark_jobs.storage import store_for
 SAFE_RETENTION_HOURS = VACUUM_SAFE_HOURS  # one number: the config check says the same
 
 
-def run_vacuum(context: StepContext, retention_hours: int | None, force: bool) -> StepReport:
+def run_vacuum(
+    context: StepContext, retention_hours: int | None, force: bool
+) -> StepReport[VacuumCounts]:
     """Vacuum every Delta table of the table, and abandoned temporary write folders."""
     table, paths = context.table, context.paths
     hours = table.vacuum_retention_hours if retention_hours is None else retention_hours
@@ -27,8 +30,7 @@ def run_vacuum(context: StepContext, retention_hours: int | None, force: bool) -
             f"retention of {hours} h is below {SAFE_RETENTION_HOURS} h: files a running job or reader "
             "still needs could be deleted; add --force if no run is in progress"
         )
-    report = StepReport("vacuum", table.name)
-    report.counts["retention_hours"] = hours
+    counts = VacuumCounts(retention_hours=hours)
     for name, path in (
         ("final", paths.final),
         ("staging", paths.staging),
@@ -46,8 +48,10 @@ def run_vacuum(context: StepContext, retention_hours: int | None, force: bool) -
         deleted = snapshot.table.vacuum(
             retention_hours=hours, dry_run=False, enforce_retention_duration=not force, full=True
         )
-        report.counts[f"{name}_files_deleted"] = len(deleted) + remove_abandoned_writes(path, hours)
-    return report
+        counts.deleted[f"{name}_files_deleted"] = len(deleted) + remove_abandoned_writes(
+            path, hours
+        )
+    return StepReport("vacuum", table.name, "", counts)
 
 
 def remove_abandoned_writes(table_path: Location, hours: int) -> int:
@@ -68,7 +72,7 @@ def remove_abandoned_writes(table_path: Location, hours: int) -> int:
     return removed
 
 
-def vacuum_step(context: StepContext, args: StepArgs) -> StepReport:
+def vacuum_step(context: StepContext, args: StepArgs) -> StepReport[VacuumCounts]:
     """`cdc vacuum` body."""
     return run_vacuum(context, args.retention_hours, args.force)
 

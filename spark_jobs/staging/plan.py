@@ -10,6 +10,7 @@ from typing import Any
 from pyspark.sql import DataFrame, SparkSession
 
 from cdc_pipeline.config import TableConfig
+from cdc_pipeline.counts import StageCounts
 from cdc_pipeline.errors import InputError
 from cdc_pipeline.intervals import Interval
 from spark_jobs import delta, extracts, landing
@@ -53,6 +54,9 @@ class StageRows:
     per_file: list[Any] = field(default_factory=list)
     release: list[Callable[[], Any]] = field(default_factory=list)
     recorded: list[dict[str, Any]] = field(default_factory=list)
+    # What reading found besides rows: lines skipped, columns ignored or evolved, operations.
+    found: StageCounts = field(default_factory=StageCounts)
+    changed_while_read: int = 0  # files left for the next run (`recovery.leave_changed_files`)
 
 
 @dataclass(frozen=True)
@@ -112,20 +116,25 @@ def plan_stage(context: StepContext, interval: Interval) -> StagePlan:
     )
 
 
-def count_planned(counts: dict[str, Any], plan: StagePlan) -> None:
+def planned_counts(plan: StagePlan) -> StageCounts:
     """The run's counts as planned (rows and versions are counted when they are written)."""
-    counts.update(
+    return StageCounts(
         files=len(plan.listing.files),
         new_files=len(plan.pending) + len(plan.files.refused_files()),
         rows_read=0,
         staged=0,
         quarantined=0,
-        files_refused=len([r for r in plan.refusals if r.source is not None]),
+        files_refused=refused_files(plan),
         symlinks_refused=plan.files.links,
         unrecognised_entries=len(plan.listing.unrecognised),
         files_deferred=len(plan.files.deferred),
         files_outside_window=len(plan.outside_window),
     )
+
+
+def refused_files(plan: StagePlan) -> int:
+    """Files (not links) the plan refuses, those Spark could not read included."""
+    return len([r for r in plan.refusals if r.source is not None])
 
 
 def files_in(

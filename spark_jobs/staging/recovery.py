@@ -69,9 +69,7 @@ def settle_crashed_run(
     )
 
 
-def leave_changed_files(
-    table: TableConfig, interval: Interval, rows: StageRows, counts: dict[str, Any]
-) -> StageRows:
+def leave_changed_files(table: TableConfig, interval: Interval, rows: StageRows) -> StageRows:
     """Drop the rows of files that changed while Spark read them: the next run stages their next
     version (a changed extract file stops the run instead)."""
     plan = rows.plan
@@ -86,7 +84,6 @@ def leave_changed_files(
     moved = [f for f in plan.pending if f.path in {c.path for c in changed}]
     if not moved:
         return rows
-    counts["files_deferred"] += len(moved)
     warn(
         f"table {table.name}: {interval}: files changed while they were read, left for "
         "the next run: " + listed([f.relative for f in moved])
@@ -101,6 +98,7 @@ def leave_changed_files(
         good=rows.good.filter(~file_key.isin(skipped)),
         bad=rows.bad.filter(~file_key.isin(skipped)),
         per_file=[r for r in rows.per_file if f"{r[BATCH]}/{r[FILE]}" not in skipped],
+        changed_while_read=len(moved),
     )
 
 

@@ -14,6 +14,7 @@ from pyspark.sql import functions as F
 
 from cdc_pipeline.columns import TECHNICAL_PREFIX
 from cdc_pipeline.config import EVENT_FORMATS, TableConfig
+from cdc_pipeline.counts import StageCounts
 from cdc_pipeline.errors import CdcError, ConfigError, InputError
 from cdc_pipeline.intervals import Interval
 from cdc_pipeline.schema import plan_schema
@@ -67,7 +68,6 @@ def read_planned(
     interval: Interval,
     plan: StagePlan,
     in_staging: set[tuple[str, str]],
-    counts: dict[str, Any],
 ) -> StageRows:
     """Read and type the planned files. When Spark cannot read a Parquet batch, the files it cannot
     read are found one by one, refused (the rows' plan has them among its refusals) and the rest
@@ -76,7 +76,7 @@ def read_planned(
     if not plan.to_read:
         return StageRows(plan)
     try:
-        return _typed_changes(context, interval, plan, in_staging, counts)
+        return _typed_changes(context, interval, plan, in_staging)
     except CdcError:
         raise
     except Exception as error:
@@ -94,7 +94,6 @@ def read_planned(
         to_read=to_read,
         parquet=landing.plan_parquet(to_read, table.columns, table.flag_source),
     )
-    counts["files_refused"] += len(unreadable)
     for refusal in unreadable:
         warn(
             f"table {table.name}: {interval}: file {refusal.relative} refused "
@@ -102,7 +101,7 @@ def read_planned(
         )
     if not plan.to_read:
         return StageRows(plan)
-    return _typed_changes(context, interval, plan, in_staging, counts)
+    return _typed_changes(context, interval, plan, in_staging)
 
 
 def _typed_changes(
@@ -110,15 +109,18 @@ def _typed_changes(
     interval: Interval,
     plan: StagePlan,
     in_staging: set[tuple[str, str]],
-    counts: dict[str, Any],
 ) -> StageRows:
-    """Read and type the plan's files: good rows, bad rows, per-file counts, frames to unpersist.
+    """Read and type the plan's files: good rows, bad rows, per-file counts, frames to unpersist,
+    and what the reading found (`StageRows.found`).
 
     Good rows of files already in staging are dropped for a snapshot extract only; for change
     files `recovery.settle_unrecorded` decides (the file may have changed since)."""
     spark, table, paths = context.spark, context.table, context.paths
     to_read, staging, snapshot_batch = plan.to_read, plan.staging, plan.snapshot_batch
-    read, raw = _read_files(context, to_read, plan.parquet, interval, snapshot_batch, counts)
+    read, raw = _read_files(context, to_read, plan.parquet, interval, snapshot_batch)
+    found = StageCounts(
+        skipped=read.ignored or None, undeclared_columns_ignored=len(read.undeclared) or None
+    )
     is_snapshot = table.change_format == "snapshot"
     flag_present = not is_snapshot and table.flag_source in raw.columns
     if not flag_present and not table.insert_only and not is_snapshot:
@@ -142,7 +144,7 @@ def _typed_changes(
         columns.insert(columns.index(FLAG) + 1, ABSENT)
     if schema.changes and staging.exists:
         changed = delta.evolve_table(spark, paths.staging, typed.select(*columns).schema)
-        counts.update(columns_added=len(schema.added), columns_widened=len(schema.widened))
+        found = replace(found, columns_added=len(schema.added), columns_widened=len(schema.widened))
         warn(f"table {table.name}: {interval}: staging schema evolved: {', '.join(changed)}")
     elif staging.schema is not None and not set(columns) <= set(staging.schema.fieldNames()):
         # A staging table from before `_cdc_absent` existed gains it (metadata only).
@@ -153,13 +155,13 @@ def _typed_changes(
         for key in table.keys:
             held = held.filter(F.col(key).isNotNull())
         derived, operations = extracts.derive_changes(context, good, held, snapshot_batch, columns)
-        counts.update(operations)
+        found = replace(found, operations=operations)
         good = derived
         release.append(derived.unpersist)
         good = good.filter(~file_key.isin([f"{b}/{n}" for b, n in in_staging]))
     bad = quarantined_changes(typed, table, column_types)
     release.append(read.release)
-    return StageRows(plan, good, bad, per_file, release)
+    return StageRows(plan, good, bad, per_file, release, found=found)
 
 
 def _check_identity_columns(table: TableConfig, found: dict[str, str | None]) -> None:
@@ -185,10 +187,9 @@ def _read_files(
     parquet: ParquetPlan | None,
     interval: Interval,
     snapshot_batch: str | None,
-    counts: dict[str, Any],
 ) -> tuple[ChangeRead, DataFrame]:
     """The files' rows as read, with their arrival (a new version's file name, an extract's
-    time); the fields the config ignores are counted and named."""
+    time); the fields the config ignores are named (the caller counts them)."""
     spark, table = context.spark, context.table
     read = read_landing(spark, table, to_read, parquet)
     raw = read.frame
@@ -198,9 +199,7 @@ def _read_files(
     if snapshot_batch is not None:
         raw = raw.withColumn(extracts.SNAPSHOT_AT, extracts.snapshot_time(F.col(BATCH)))
         read.batch_types[extracts.SNAPSHOT_AT] = "timestamp"
-    counts.update(read.ignored)
     if read.undeclared:
-        counts["undeclared_columns_ignored"] = len(read.undeclared)
         warn(
             f"table {table.name}: {interval}: columns not in the config row are ignored: "
             + ", ".join(read.undeclared)
