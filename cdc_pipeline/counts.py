@@ -169,6 +169,14 @@ class AsOfCounts(Counts):
 
 
 @dataclass
+class TableCheckCounts(Counts):
+    """`check` of one table, on its ok line: keys in final, remembered deletes."""
+
+    keys: int | None = None
+    tombstones: int | None = None
+
+
+@dataclass
 class CheckCounts(Counts):
     """`check`: tables checked, tables in breach, breaches."""
 

@@ -36,7 +36,7 @@ from pyspark.sql import functions as F
 from cdc_pipeline import summaries
 from cdc_pipeline.columns import CHECK_FILE
 from cdc_pipeline.config import TableConfig, load_table_configs
-from cdc_pipeline.counts import CheckCounts
+from cdc_pipeline.counts import CheckCounts, TableCheckCounts
 from cdc_pipeline.errors import ConfigError
 from cdc_pipeline.paths import Location, TablePaths
 from spark_jobs import delta
@@ -64,7 +64,7 @@ class CheckResult:
     table: str
     breaches: list[str] = field(default_factory=list)
     versions: dict[str, int] = field(default_factory=dict)
-    counts: dict[str, int] = field(default_factory=dict)
+    counts: TableCheckCounts = field(default_factory=TableCheckCounts)
     seconds: float = 0.0
 
     @property
@@ -75,7 +75,7 @@ class CheckResult:
     def line(self) -> str:
         """`check orders: ok keys=... versions=final@12,...` or `check orders: BREACH ...`."""
         versions = ",".join(f"{name}@{v}" for name, v in self.versions.items())
-        counts = " ".join(f"{k}={v}" for k, v in self.counts.items())
+        counts = " ".join(f"{k}={v}" for k, v in self.counts.as_dict().items())
         if self.ok:
             return f"check {self.table}: ok {counts} versions={versions or 'none'}".replace(
                 "  ", " "
@@ -153,11 +153,11 @@ def _key_breaches(
     spark: SparkSession,
     table: TableConfig,
     snapshots: dict[str, delta.Snapshot],
-    counts: dict[str, int],
-) -> list[str]:
+) -> tuple[list[str], int]:
     """Final, tombstones and staging checked per key in one pass (one scan of each table's key,
     sequence and arrival columns, one shuffle): every key once in final and in one partition,
-    no live key with a later delete, no staged change later than final and tombstones.
+    no live key with a later delete, no staged change later than final and tombstones. Returns
+    the breaches and the number of keys in final.
 
     Insert-only tables: every event (key and sequence) once in final and in one partition;
     their tombstones and staging are not ranked (see check_loaded).
@@ -184,8 +184,7 @@ def _key_breaches(
             )
         )
     if not parts:
-        counts["keys"] = 0
-        return []
+        return [], 0
     rows = reduce(DataFrame.unionByName, parts)
     source, o = F.col("source"), F.col("o")
     per_key = rows.groupBy(*keys).agg(
@@ -205,7 +204,7 @@ def _key_breaches(
         rules["deleted"] = (F.col("n") > 0) & F.coalesce(F.col("t") > F.col("f"), F.lit(False))
         rules["pending"] = _pending(applied)
     key = F.struct(*[F.col(k) for k in keys])
-    counts["keys"], found, examples = _tally(per_key, F.col("n") > 0, rules, key)
+    keys_in_final, found, examples = _tally(per_key, F.col("n") > 0, rules, key)
     example = {name: _example(examples[name], keys) for name in rules if found[name]}
     version = {n: snapshots[n].version if n in snapshots else -1 for n in ("final", "tombstones")}
     what = "event" if table.insert_only else "key"
@@ -232,15 +231,15 @@ def _key_breaches(
             f"{_count(found['pending'], 'key')}, e.g. {example['pending']} (staging version "
             f"{snapshots['staging'].version}); run overwrite-final for their interval"
         )
-    return breaches
+    return breaches, keys_in_final
 
 
 def check_loaded(
     spark: SparkSession, table: TableConfig, snapshots: dict[str, delta.Snapshot]
-) -> tuple[list[str], dict[str, int]]:
+) -> tuple[list[str], TableCheckCounts]:
     """The breaches of one loaded set of snapshots, and the counts of the ok line."""
     breaches: list[str] = []
-    counts: dict[str, int] = {}
+    counts = TableCheckCounts()
     for name, snapshot in snapshots.items():
         missing = _missing_files(name, snapshot)
         if missing:
@@ -253,13 +252,14 @@ def check_loaded(
     final_rows = None
     if final is not None and final.files:
         final_rows = delta.read_snapshot(spark, final, columns=[*keys, *order])
-    breaches += _key_breaches(spark, table, snapshots, counts)
+    found, counts.keys = _key_breaches(spark, table, snapshots)
+    breaches += found
     if table.insert_only:
         _check_staged_events(spark, table, staging, final_rows, breaches)
         return breaches, counts
     tombstones = snapshots.get("tombstones")
     if tombstones is not None:
-        counts["tombstones"] = tombstones.num_records
+        counts.tombstones = tombstones.num_records
     history = snapshots.get("history")
     if table.history and history is not None and history.schema is not None:
         _check_history(spark, table, history, final, final_rows, breaches)
