@@ -3,12 +3,12 @@ per test.
 
 Spark runs in two modes with the same results: classic (a JVM in the test process, `local[2]`)
 and Spark Connect (a client of one local Connect server, started once per test run from the
-pip package). Spark tests run classic; CLI tests run their `cdc` processes as clients of the
-one server, as Airflow's tasks do (a classic `cdc` process starts a JVM of its own: about 20 s
-each); tests marked `classic_only` (the CLI as a user runs it first, without a server; the
-process's own driver memory and user) or `both_modes` say otherwise.
-`CDC_TEST_SPARK_MODES=connect` (or `classic,connect`) runs every Spark and CLI test in those
-modes instead.
+pip package). The markers (declared in pyproject.toml) decide: `spark` tests run classic; `cli`
+tests run their `cdc` processes as clients of the one server, as Airflow's tasks do (a classic
+`cdc` process starts a JVM of its own: about 20 s each); tests marked `classic_only` (the CLI
+as a user runs it first, without a server; the process's own driver memory and user),
+`both_modes` or `connect_only` say otherwise. `CDC_TEST_SPARK_MODES=connect` (or
+`classic,connect`) runs every `spark` and `cli` test in those modes instead.
 
 PySpark decides per process which kind of column `F.col` builds (the `SPARK_CONNECT_MODE_ENABLED`
 environment variable): a Connect test sets it for its duration only, so both kinds of session
@@ -34,17 +34,11 @@ from tests.helpers import Workspace
 logging.getLogger("py4j").setLevel(logging.WARNING)
 
 CLASSIC, CONNECT = "classic", "connect"
-SPARK_MODULES = ("tests/spark/", "tests/cli/")
 
 
-def _module(metafunc: pytest.Metafunc) -> str:
-    root = Path(str(metafunc.config.rootpath))
-    return Path(str(metafunc.definition.path)).relative_to(root).as_posix()
-
-
-def modes_for(definition: pytest.Function, module: str = "") -> list[str]:
-    """The Spark modes a test runs in: its markers (pyproject.toml), else Connect for CLI tests
-    and classic for the others; CDC_TEST_SPARK_MODES overrides all but `classic_only`."""
+def modes_for(definition: pytest.Function) -> list[str]:
+    """The Spark modes a test runs in: its markers (pyproject.toml), Connect for `cli` tests and
+    classic for the others; CDC_TEST_SPARK_MODES overrides all but `classic_only`."""
     if definition.get_closest_marker("classic_only"):
         return [CLASSIC]
     chosen = os.environ.get("CDC_TEST_SPARK_MODES")
@@ -52,21 +46,23 @@ def modes_for(definition: pytest.Function, module: str = "") -> list[str]:
         return [m.strip() for m in chosen.split(",") if m.strip()]
     if definition.get_closest_marker("both_modes"):
         return [CLASSIC, CONNECT]
-    if definition.get_closest_marker("connect_only") or module.startswith("tests/cli/"):
+    if definition.get_closest_marker("connect_only") or definition.get_closest_marker("cli"):
         return [CONNECT]
     return [CLASSIC]
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
-    """Parametrize Spark and CLI tests by mode: `spark` directly, CLI tests through spark_mode."""
-    module = _module(metafunc)
-    if not module.startswith(SPARK_MODULES):
+    """Parametrize `spark` and `cli` tests by mode: the `spark` fixture directly (one session per
+    mode), a `cli` test without it through spark_mode (its `cdc` processes' mode)."""
+    definition = metafunc.definition
+    cli = definition.get_closest_marker("cli") is not None
+    if not cli and definition.get_closest_marker("spark") is None:
         return
-    modes = modes_for(metafunc.definition, module)
+    modes = modes_for(definition)
     if modes == [CLASSIC]:
         return
     name = "spark" if "spark" in metafunc.fixturenames else "spark_mode"
-    if name == "spark_mode" and not module.startswith("tests/cli/"):
+    if name == "spark_mode" and not cli:
         return
     metafunc.parametrize(name, modes, indirect=True, scope="session" if name == "spark" else None)
 

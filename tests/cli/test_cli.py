@@ -10,7 +10,7 @@ import pytest
 from tests.cli.cdc import cdc, summary
 from tests.helpers import Workspace, table_rows, ts
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.cli, pytest.mark.slow]
 
 TABLE = {
     "name": "t",

@@ -12,7 +12,7 @@ from cdc_pipeline.paths import Location
 from tests.cli.cdc import cdc, start, summary
 from tests.helpers import Workspace, files_under, table_rows
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.cli, pytest.mark.slow]
 
 YEARLY = {
     "name": "t",

@@ -14,7 +14,7 @@ from cdc_airflow import connect_server
 from tests.cli.cdc import cdc, start
 from tests.helpers import Workspace
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.cli, pytest.mark.slow]
 
 TABLE = {
     "name": "t",

@@ -28,7 +28,7 @@ from tests.cli.test_concurrency_and_crashes import (
 )
 from tests.helpers import Workspace, exists, file_paths, files_under, table_rows, ts
 
-pytestmark = [pytest.mark.slow, pytest.mark.connect_only]
+pytestmark = [pytest.mark.cli, pytest.mark.slow, pytest.mark.connect_only]
 
 FINAL = ["ID", "VALUE", "Y"]
 STAGED = ["ID", FLAG, "VALUE", "TS"]

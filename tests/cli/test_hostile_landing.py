@@ -20,7 +20,7 @@ from spark_jobs.landing import SYMLINK_REASON
 from tests.cli.cdc import CDC, cdc, environment, summary
 from tests.helpers import Workspace, table_rows
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.cli, pytest.mark.slow]
 
 TABLE = {"name": "p", "file_format": "parquet", "keys": ["ID"], "sequence_by": ["TS"]}
 INTERVAL = ("--start", "2024-01-01T06:00:00Z", "--end", "2024-01-01T07:00:00Z")

@@ -12,7 +12,7 @@ import pytest
 from tests.cli.cdc import cdc, summary
 from tests.helpers import Workspace, table_rows, ts
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.cli, pytest.mark.slow]
 
 COLUMNS = {"ID": "bigint", "V": "string", "TS": "timestamp"}
 HOUR = ("--start", "2024-01-01T00:00:00Z", "--end", "2024-01-01T01:00:00Z")

@@ -17,7 +17,7 @@ from deltalake import DeltaTable
 from tests.cli.cdc import cdc, summary
 from tests.helpers import Workspace, exists, table_rows
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.cli, pytest.mark.slow]
 
 JSON_TABLE = {
     "name": "j",

@@ -17,7 +17,7 @@ import pytest
 from tests.cli.cdc import cdc
 from tests.helpers import Workspace, table_rows, ts
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.cli, pytest.mark.slow]
 
 HOUR_0 = ("--start", "2024-01-01T00:00:00Z", "--end", "2024-01-01T01:00:00Z")
 HOUR_1 = ("--start", "2024-01-01T01:00:00Z", "--end", "2024-01-01T02:00:00Z")

@@ -15,7 +15,7 @@ import pytest
 from tests.cli.cdc import cdc, start, summary
 from tests.helpers import Workspace, exists, table_rows
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.cli, pytest.mark.slow]
 
 TABLE = {
     "name": "t",

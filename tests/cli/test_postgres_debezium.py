@@ -19,7 +19,7 @@ from tests.cli.cdc import cdc
 from tests.cli.source_checks import SCHEMA, check_equal, run, table_configs, workload
 from tests.helpers import Workspace
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.cli, pytest.mark.slow]
 
 TABLES = ("docs", "sessions")
 

@@ -27,7 +27,7 @@ from tests.cli.cdc import cdc, start, summary
 from tests.helpers import Workspace, table_rows
 
 # About 3 minutes on 2 idle cores; the timeout leaves room for a machine shared with other jobs.
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(2400)]
+pytestmark = [pytest.mark.cli, pytest.mark.slow, pytest.mark.timeout(2400)]
 
 COLUMNS = {"ID": "bigint", "D": "string", "VALUE": "int", "TS": "timestamp"}
 TABLES: dict[str, dict[str, Any]] = {
