@@ -298,6 +298,7 @@ def test_a_rerun_after_a_crash_between_log_and_recut_recuts_history(
 ) -> None:
     """A run that logged its changes but died before recutting: its rerun logs nothing new,
     yet history lacks the changes, so the rerun recuts (one new history version)."""
+    from cdc_pipeline.counts import OverwriteCounts
     from spark_jobs import delta, history
     from spark_jobs.common import StepReport
     from spark_jobs.overwrite_final import apply_changes
@@ -319,7 +320,8 @@ def test_a_rerun_after_a_crash_between_log_and_recut_recuts_history(
     run_stage(ctx, window)
     staging = delta.load_snapshot(workspace.paths("people").staging)
     changes = delta.read_snapshot(spark, staging, partitions=window.batch_ids())
-    apply_changes(ctx, changes, StepReport("overwrite-final", "people", counts={"changes": 1}))
+    report = StepReport("overwrite-final", "people", "", OverwriteCounts(changes=1))
+    apply_changes(ctx, changes, report)
     logged, _ = history.append_to_log(
         ctx, changes.withColumn(history.BUCKET, history.key_bucket(table)), None
     )
