@@ -31,6 +31,7 @@ import os
 import shutil
 import tempfile
 import time
+import urllib.parse
 import urllib.request
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field, replace
@@ -43,10 +44,11 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from cdc_pipeline.config import TableConfig
+from cdc_pipeline.counts import StageCounts
 from cdc_pipeline.intervals import HourBatch, Interval
 from cdc_pipeline.paths import TablePaths
 from spark_jobs import delta
-from spark_jobs.common import StepContext
+from spark_jobs.common import StepContext, StepReport
 from spark_jobs.final_table import final_schema
 from spark_jobs.overwrite_final import run_overwrite_final
 from spark_jobs.session import is_connect
@@ -224,46 +226,103 @@ def _peak_mb(pid: int | None) -> float | None:
     return None
 
 
-def _spark_stages(spark: SparkSession, group: str) -> dict[str, Any]:
-    """Stages of the jobs of `group` from Spark's REST API: count, wall and executor times.
+def _spark_stages(spark: SparkSession, group: str, seconds: float | None = None) -> dict[str, Any]:
+    """The jobs and stages of `group` from Spark's REST API: counts, wall and executor times,
+    and (given the step's `seconds`) how much of the step was spent outside any Spark job: the
+    driver's planning calls, Python, listings and the delta-rs commit.
 
-    Empty under Spark Connect: the client does not know the server's UI (nor its job groups).
+    Under Spark Connect the jobs are the server's, found by the tag `_set_group` added, when the
+    server runs its UI (`spark.ui.enabled=true`) on the Connect URL's host; else empty.
     """
-    if is_connect(spark):
-        return {}
-    url = spark.sparkContext.uiWebUrl
+    connect = is_connect(spark)
+    url = _server_ui(spark) if connect else spark.sparkContext.uiWebUrl
     if not url:
         return {}
-    app = spark.sparkContext.applicationId
 
     def get(path: str) -> Any:
-        with urllib.request.urlopen(f"{url}/api/v1/applications/{app}/{path}", timeout=10) as r:
+        with urllib.request.urlopen(f"{url}/api/v1/{path}", timeout=10) as r:
             return json.loads(r.read())
 
-    jobs = [j for j in get("jobs") if j.get("jobGroup") == group]
+    try:
+        app = get("applications")[0]["id"]
+        every = get(f"applications/{app}/jobs")
+        stages_done = get(f"applications/{app}/stages?status=complete")
+    except (OSError, ValueError, KeyError, IndexError):
+        return {}
+    tag = "_Tag_" + group.replace(",", "_")
+    jobs = [
+        j
+        for j in every
+        if (
+            any(t.endswith(tag) for t in j.get("jobTags", []))
+            if connect
+            else j.get("jobGroup") == group
+        )
+    ]
     stage_ids = {s for j in jobs for s in j.get("stageIds", [])}
-    stages = [s for s in get("stages?status=complete") if s["stageId"] in stage_ids]
-
-    def millis(stage: dict[str, Any]) -> int:
-        def parse(text: str) -> datetime:
-            return datetime.strptime(text.replace("GMT", "+0000"), "%Y-%m-%dT%H:%M:%S.%f%z")
-
-        if not stage.get("submissionTime") or not stage.get("completionTime"):
-            return 0
-        delta_t = parse(stage["completionTime"]) - parse(stage["submissionTime"])
-        return int(delta_t.total_seconds() * 1000)
-
-    slowest = sorted(stages, key=millis, reverse=True)[:3]
-    return {
+    stages = [s for s in stages_done if s["stageId"] in stage_ids]
+    slowest = sorted(stages, key=_millis, reverse=True)[:3]
+    job_wall = _union_ms([_interval(j) for j in jobs])
+    out: dict[str, Any] = {
         "jobs": len(jobs),
+        "job_wall_ms": job_wall,
         "stages": len(stages),
-        "stage_wall_ms": sum(millis(s) for s in stages),
+        "stage_wall_ms": sum(_millis(s) for s in stages),
         "executor_run_ms": sum(int(s.get("executorRunTime", 0)) for s in stages),
         "slowest": [
-            {"name": s.get("name", "")[:80], "ms": millis(s), "tasks": s.get("numTasks")}
+            {"name": s.get("name", "")[:80], "ms": _millis(s), "tasks": s.get("numTasks")}
             for s in slowest
         ],
+        "job_list": [
+            {"name": j.get("name", "")[:80], "ms": _millis(j)}
+            for j in sorted(jobs, key=lambda j: int(j.get("jobId", 0)))
+        ],
     }
+    if seconds is not None:
+        out["outside_jobs_ms"] = max(0, round(seconds * 1000) - job_wall)
+    return out
+
+
+def _server_ui(spark: SparkSession) -> str | None:
+    """The Connect server's UI address (its REST API), if it runs one."""
+    try:
+        if spark.conf.get("spark.ui.enabled", "true") != "true":
+            return None
+        port = spark.conf.get("spark.ui.port", "4040")
+    except Exception:  # a setting the server does not expose
+        return None
+    remote = os.environ.get("CDC_SPARK_REMOTE", "")
+    host = urllib.parse.urlsplit(remote.replace("sc://", "http://", 1)).hostname or "127.0.0.1"
+    return f"http://{host}:{port}"
+
+
+def _when(text: str) -> datetime:
+    return datetime.strptime(text.replace("GMT", "+0000"), "%Y-%m-%dT%H:%M:%S.%f%z")
+
+
+def _interval(item: dict[str, Any]) -> tuple[datetime, datetime] | None:
+    """A job's or stage's (submission, completion) from the REST API; None while unknown."""
+    if not item.get("submissionTime") or not item.get("completionTime"):
+        return None
+    return _when(item["submissionTime"]), _when(item["completionTime"])
+
+
+def _millis(item: dict[str, Any]) -> int:
+    span = _interval(item)
+    return 0 if span is None else int((span[1] - span[0]).total_seconds() * 1000)
+
+
+def _union_ms(spans: Sequence[tuple[datetime, datetime] | None]) -> int:
+    """Milliseconds covered by at least one of the spans (overlapping jobs counted once)."""
+    total, end = 0.0, None
+    for start, stop in sorted(s for s in spans if s is not None):
+        if end is None or start > end:
+            total += (stop - start).total_seconds()
+            end = stop
+        elif stop > end:
+            total += (stop - end).total_seconds()
+            end = stop
+    return int(total * 1000)
 
 
 def _files(path: Path) -> dict[str, int]:
@@ -313,7 +372,7 @@ def _measure(
         python_peak_mb=_peak_mb(os.getpid()),
         files_written=len(new),
         bytes_written=sum(new.values()),
-        spark=_spark_stages(spark, group),
+        spark=_spark_stages(spark, group, seconds),
         counts=counts,
     )
 
@@ -495,7 +554,7 @@ def _same_rows(spark: SparkSession, paths: Sequence[Path], columns: list[str]) -
     )
 
 
-def _land_changes(
+def land_changes(
     spark: SparkSession, spec: BenchSpec, landing: Path, rows: int, touched: int
 ) -> None:
     """The case's change set as one Parquet file in the change hour's landing folder."""
@@ -506,6 +565,18 @@ def _land_changes(
     for part in (folder / "_tmp").glob("*.parquet"):
         part.rename(folder / "changes.parquet")
     shutil.rmtree(folder / "_tmp")
+
+
+def timed_stage(
+    context: StepContext, window: Interval, group: str
+) -> tuple[StepReport[StageCounts], float, dict[str, Any]]:
+    """Stage the case's change set: the report, seconds and its Spark jobs."""
+    _set_group(context.spark, group)
+    started = time.perf_counter()
+    staged = run_stage(context, window)
+    seconds = round(time.perf_counter() - started, 2)
+    _set_group(context.spark, "bench")
+    return staged, seconds, _spark_stages(context.spark, group, seconds)
 
 
 def run_case(
@@ -522,7 +593,7 @@ def run_case(
     touched = max(1, math.ceil(fraction * spec.partitions))
     case_dir = work / label
     landing = case_dir / "landing"
-    _land_changes(spark, spec, landing, rows, touched)
+    land_changes(spark, spec, landing, rows, touched)
     methods = [m for m in METHODS if m != "delta_spark_merge" or has_delta_spark(spark)]
     finals = {}
     for method in methods:
@@ -532,9 +603,7 @@ def run_case(
     own = TablePaths(TABLE, landing, case_dir / "overwrite_final")
     context = StepContext(spark, table, own)
     window = Interval(CHANGE_HOUR, CHANGE_HOUR.replace(hour=1))
-    started = time.perf_counter()
-    staged = run_stage(context, window)
-    stage_seconds = round(time.perf_counter() - started, 2)
+    staged, stage_seconds, stage_spark = timed_stage(context, window, f"{label}/stage")
     changes = persisted(delta.read_snapshot(spark, delta.load_snapshot(own.staging)))
     changes.count()
 
@@ -580,6 +649,7 @@ def run_case(
         "touched_fraction": fraction,
         "changes": staged.result.staged,
         "stage_seconds": stage_seconds,
+        "stage_spark": stage_spark,
         "identical": identical,
         "methods": {m.method: asdict(m) for m in measures},
     }
