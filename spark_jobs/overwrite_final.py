@@ -15,11 +15,12 @@ recomputed from a new snapshot.
 from __future__ import annotations
 
 import sys
+import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from pyspark.sql import DataFrame, Window
+from pyspark.sql import Column, DataFrame, Observation, Window
 from pyspark.sql import functions as F
 
 from cdc_pipeline.columns import TECHNICAL_PREFIX
@@ -46,6 +47,7 @@ from spark_jobs.key_lookup import (
     with_broadcast_hint,
 )
 from spark_jobs.notices import warn
+from spark_jobs.session import new_observation, observed_metrics
 from spark_jobs.transforms import (
     ABSENT,
     ARRIVAL,
@@ -77,13 +79,16 @@ class Plan:
 
     touched: set[Any] | None  # None: the table is unpartitioned and rewritten whole
     output: DataFrame  # final's new rows and the new tombstones, told apart by ROUTE
-    winners: DataFrame  # the ranked rows (persisted: the verdict and the write both read them)
     filled: DataFrame  # the changes with the values they did not carry filled in (for history)
+    # The verdict's counts over every ranked row, collected by the write that reads them (no
+    # Spark job of its own, and the ranking is not cached between two jobs).
+    observation: Observation
+    winners: DataFrame  # the ranked rows, observed (read again only if the counts are missing)
     forced: bool = False  # a new truncate: the rewrite changes final even if no change wins
 
     def verdict(self) -> tuple[bool, int]:
-        """(whether the rewrite changes nothing, how many winning changes have a column no row
-        of their key carried: null in final).
+        """(whether the rewrite changed nothing, how many winning changes have a column no row
+        of their key carried: null in final). Read after `output` was written.
 
         The rewrite changes nothing (gives final and tombstones exactly the rows they hold)
         when no change wins (a winning change is a new row image or a new delete),
@@ -91,29 +96,42 @@ class Plan:
         over a row of final. Exact ties go to the copy already in final or tombstones, so a
         change applied before (a rerun, a second extract staged the same) does not count.
         """
-        unfilled = (
-            F.col(FROM_CHANGE) & F.col(ABSENT).isNotNull()
-            if ABSENT in self.winners.columns
-            else F.lit(False)
-        )
-        row = self.winners.agg(
-            F.count(F.lit(1)).alias("winners"),
-            F.sum(F.when(unfilled, 1).otherwise(0)).alias("unfilled"),
-            F.sum(
-                F.when(
-                    F.col(FROM_CHANGE)
-                    | (F.col(REMEMBERED) & (F.col(CURRENT_ROWS) > 0))
-                    | (~F.col(REMEMBERED) & (F.col(CURRENT_ROWS) != 1)),
-                    1,
-                ).otherwise(0)
-            ).alias("changing"),
-        ).collect()[0]  # metadata: one row of three counts
+        row = observed_metrics(self.observation)  # one row of three counts
+        if row is None:
+            # Not gathered by the write: adaptive execution drops the ranking, observation
+            # included, when its input turns out empty at run time. Counted by a job of its own.
+            # (A retried task can count its rows twice: the verdict asks only whether a count
+            # is zero, which that cannot change.)
+            row = self.winners.agg(*verdict_counts(self.winners)).collect()[0].asDict()
         nothing = not self.forced and bool(row["winners"]) and not row["changing"]
         return nothing, int(row["unfilled"] or 0)
 
-    def release(self) -> None:
-        """Drop the cached ranking."""
-        self.winners.unpersist()
+
+def verdict_counts(winners: DataFrame) -> list[Column]:
+    """The verdict's three counts over the ranked rows."""
+    unfilled = (
+        F.col(FROM_CHANGE) & F.col(ABSENT).isNotNull()
+        if ABSENT in winners.columns
+        else F.lit(False)
+    )
+    return [
+        F.count(F.lit(1)).alias("winners"),
+        F.sum(F.when(unfilled, 1).otherwise(0)).alias("unfilled"),
+        F.sum(
+            F.when(
+                F.col(FROM_CHANGE)
+                | (F.col(REMEMBERED) & (F.col(CURRENT_ROWS) > 0))
+                | (~F.col(REMEMBERED) & (F.col(CURRENT_ROWS) != 1)),
+                1,
+            ).otherwise(0)
+        ).alias("changing"),
+    ]
+
+
+def observed_verdict(winners: DataFrame) -> tuple[DataFrame, Observation]:
+    """`winners` observed: the counts `Plan.verdict` reads, gathered as the write reads them."""
+    observation = new_observation(winners.sparkSession, f"cdc_verdict_{uuid.uuid4().hex}")
+    return winners.observe(observation, *verdict_counts(winners)), observation
 
 
 def as_changes(frame: DataFrame, columns: Sequence[str], flag: str) -> DataFrame:
@@ -168,7 +186,7 @@ def plan_rewrite(
     order = ranking_order(candidates.columns, table.sequence_by, tiebreak)
     candidates = fill_absent(candidates, keys, order, FROM_CHANGE)
     filled = candidates.filter(F.col(FROM_CHANGE)).select(*change_columns)
-    winners = persisted(
+    winners, observation = observed_verdict(
         latest_change_per_key(candidates, keys, table.sequence_by, tiebreak=tiebreak)
     )
     output = _routed_output(table, winners, final_rows, small_keys, change_columns, heal)
@@ -180,7 +198,7 @@ def plan_rewrite(
                 F.lit("tombstones").alias(ROUTE),
             )
         )
-    return Plan(touched, output, winners, filled, forced=moved)
+    return Plan(touched, output, filled, observation, winners, forced=moved)
 
 
 def _touched_rows(
@@ -358,16 +376,16 @@ class _Rewrite:
         final = delta.load_snapshot(paths.final)
         tombstones = delta.load_snapshot(paths.tombstones)  # after final: see the run order
         plan = self._plan(final, tombstones, attempt)
-        try:
-            if _changes_nothing(plan, report, table.name):
-                # A rerun of an applied interval: nothing to commit, final keeps its version.
-                report.result.rewrote(0, 0, final.version)
-                return attempt
-            run_id = delta.new_run_id()
-            written = delta.write_routed(plan.output, self.routes, run_id, table.zorder_by)
-        finally:
-            plan.release()
+        run_id = delta.new_run_id()
+        written = delta.write_routed(plan.output, self.routes, run_id, table.zorder_by)
         new_final, new_tombstones = written["final"], written["tombstones"]
+        if _changes_nothing(plan, report, table.name):
+            # A rerun of an applied interval: nothing to commit, final keeps its version (the
+            # files written are the rows final and tombstones hold already).
+            new_final.delete()
+            new_tombstones.delete()
+            report.result.rewrote(0, 0, final.version)
+            return attempt
         if new_tombstones.actions:
             # Before final, so a delete is never applied without being remembered.
             remembered = delta.try_commit(

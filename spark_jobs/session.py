@@ -226,3 +226,28 @@ def is_connect(spark: Any) -> bool:
     from pyspark.sql.connect.session import SparkSession as ConnectSession
 
     return isinstance(spark, ConnectSession)
+
+
+def new_observation(spark: Any, name: str) -> Any:
+    """An `Observation` of `spark`'s kind (Connect's and classic's are different classes)."""
+    if is_connect(spark):
+        from pyspark.sql.connect.observation import Observation as ConnectObservation
+
+        return ConnectObservation(name)
+    from pyspark.sql.observation import Observation
+
+    return Observation(name)
+
+
+def observed_metrics(observation: Any) -> dict[str, Any] | None:
+    """The metrics an action gathered for `observation` (`DataFrame.observe`); None when no
+    action has gathered them, where PySpark's own `get` would wait forever (classic) or raise
+    (Connect)."""
+    java = getattr(observation, "_jo", None)
+    if java is not None:  # classic: completed by the action, on its thread, before it returns
+        if not java.future().isCompleted() or java.getRow().length() == 0:
+            return None  # an action whose plan left the observed rows out completes it empty
+        return dict(observation.get)
+    if not getattr(observation, "_result", None):  # Connect: set from the response (or empty)
+        return None
+    return dict(observation.get)

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import pytest
+from pyspark.sql import functions as F
 
 from cdc_pipeline.config import TableConfig
+from spark_jobs.session import new_observation, observed_metrics
 from spark_jobs.transforms import (
     latest_arrival_per_key_and_sequence,
     latest_change_per_key,
@@ -148,3 +150,15 @@ def test_dates_and_timestamps_outside_years_1_to_9999_and_far_ahead_are_quaranti
         (3, "sequence value too far ahead in DAY: '9999-12-31" + ahead),
         (4, "value out of range in TS: '0000-12-31 23:59:59' is outside the years 0001 to 9999"),
     ]
+
+
+@pytest.mark.both_modes
+def test_observed_metrics_come_with_the_write_that_reads_the_rows(spark, tmp_path) -> None:
+    # overwrite-final's verdict is counted by its write: none before, exact after.
+    observation = new_observation(spark, "test_observed_metrics")
+    frame = spark.range(5).observe(
+        observation, F.count(F.lit(1)).alias("n"), F.sum("id").alias("total")
+    )
+    assert observed_metrics(observation) is None
+    frame.filter(F.col("id") > 2).repartition(2).write.parquet(str(tmp_path / "out"))
+    assert observed_metrics(observation) == {"n": 5, "total": 10}
