@@ -102,7 +102,8 @@ class Plan:
             # included, when its input turns out empty at run time. Counted by a job of its own.
             # (A retried task can count its rows twice: the verdict asks only whether a count
             # is zero, which that cannot change.)
-            row = self.winners.agg(*verdict_counts(self.winners)).collect()[0].asDict()
+            counted = self.winners.agg(*verdict_counts(self.winners))
+            row = counted.collect()[0].asDict()  # metadata: one row of three counts
         nothing = not self.forced and bool(row["winners"]) and not row["changing"]
         return nothing, int(row["unfilled"] or 0)
 
