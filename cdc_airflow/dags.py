@@ -131,8 +131,13 @@ class CdcStepOperator(BaseOperator, SkipMixin):
             spark_binary=spark_binary,
             env_vars=env_vars or {},
             jars=jars,
-            # The driver JVM starts with the steps' quiet log settings (a session cannot set them).
-            conf={"spark.driver.extraJavaOptions": LOG4J_OPTION, **(conf or {})},
+            # The driver JVM starts with the steps' quiet log settings and without PySpark's
+            # per-column call-site capture (static settings: a session cannot set them).
+            conf={
+                "spark.driver.extraJavaOptions": LOG4J_OPTION,
+                "spark.python.sql.dataFrameDebugging.enabled": "false",
+                **(conf or {}),
+            },
         )
         self._backend: Backend | None = None
         self._cdc_report: dict[str, Any] = {}

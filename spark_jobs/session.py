@@ -98,6 +98,11 @@ def static_conf() -> dict[str, str]:
         "spark.log.structuredLogging.enabled": "false",
         "spark.ui.showConsoleProgress": "false",
         "spark.ui.enabled": os.environ.get("CDC_SPARK_UI", "false"),
+        # PySpark otherwise records the Python call site of every column function for error
+        # messages: in classic mode four more JVM round trips per call (a quarter of those a
+        # step makes to build its plan), under Connect a failed `import IPython` per call. The
+        # steps' errors name their table and step themselves. Read once per process.
+        "spark.python.sql.dataFrameDebugging.enabled": "false",
         "spark.sql.shuffle.partitions": shuffle_partitions(),
         "spark.hadoop.mapreduce.fileoutputcommitter.marksuccessfuljobs": "false",
         "spark.hadoop.parquet.enable.summary-metadata": "false",

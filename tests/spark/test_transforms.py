@@ -162,3 +162,26 @@ def test_observed_metrics_come_with_the_write_that_reads_the_rows(spark, tmp_pat
     assert observed_metrics(observation) is None
     frame.filter(F.col("id") > 2).repartition(2).write.parquet(str(tmp_path / "out"))
     assert observed_metrics(observation) == {"n": 5, "total": 10}
+
+
+@pytest.mark.both_modes
+def test_step_sessions_do_not_capture_a_call_site_per_column_call(spark) -> None:
+    # PySpark's call-site capture costs four JVM round trips per column function in classic
+    # mode: the steps' sessions (and the Connect server the launcher starts) turn it off.
+    assert spark.conf.get("spark.python.sql.dataFrameDebugging.enabled") == "false"
+
+
+@pytest.mark.both_modes
+def test_step_timing_counts_the_requests_sent_to_spark(spark) -> None:
+    # The before/after tool's load-proof figure: a column list is one request or more (a py4j
+    # call, a Connect AnalyzePlan), and nothing is counted once the block is left.
+    from cdc_tools.step_timing import driver_round_trips
+    from spark_jobs.session import is_connect
+
+    frame = spark.range(3)
+    with driver_round_trips(is_connect(spark)) as counted:
+        assert frame.filter(F.col("id") > 0).columns == ["id"]
+    assert counted[0] >= 1
+    sent = counted[0]
+    assert frame.columns == ["id"]
+    assert counted[0] == sent
