@@ -135,14 +135,24 @@ def observed_verdict(winners: DataFrame) -> tuple[DataFrame, Observation]:
     return winners.observe(observation, *verdict_counts(winners)), observation
 
 
-def as_changes(frame: DataFrame, columns: Sequence[str], flag: str) -> DataFrame:
+def as_changes(
+    frame: DataFrame, columns: Sequence[str], flag: str, marks: Sequence[Column] = ()
+) -> DataFrame:
     """Rows of final or tombstones shaped like staged changes (`columns`, staging's), flagged
-    `flag`: U for final's rows, D for tombstones (their other columns null)."""
+    `flag`: U for final's rows, D for tombstones (their other columns null); `marks` after
+    them. One projection: each one more is analysed again on the driver."""
     present = set(frame.columns)
     return frame.select(
-        *[F.col(c) if c in present else F.lit(None).alias(c) for c in columns if c != FLAG],
-        F.lit(flag).alias(FLAG),
-    ).select(*columns)
+        *[
+            F.lit(flag).alias(c)
+            if c == FLAG
+            else F.col(c)
+            if c in present
+            else F.lit(None).alias(c)
+            for c in columns
+        ],
+        *marks,
+    )
 
 
 def plan_rewrite(
@@ -247,20 +257,14 @@ def _candidates(
 ) -> DataFrame:
     """The rows ranked per key: the changes, the current rows (U) and the remembered deletes (D)
     of their keys, marked REMEMBERED / FROM_CHANGE and with their key's CURRENT_ROWS."""
+
+    def marks(remembered: bool, from_change: bool) -> list[Column]:
+        return [F.lit(remembered).alias(REMEMBERED), F.lit(from_change).alias(FROM_CHANGE)]
+
     candidates = (
-        changes.select(
-            *change_columns, F.lit(False).alias(REMEMBERED), F.lit(True).alias(FROM_CHANGE)
-        )
-        .unionByName(
-            as_changes(current, change_columns, "U")
-            .withColumn(REMEMBERED, F.lit(False))
-            .withColumn(FROM_CHANGE, F.lit(False))
-        )
-        .unionByName(
-            as_changes(remembered, change_columns, "D")
-            .withColumn(REMEMBERED, F.lit(True))
-            .withColumn(FROM_CHANGE, F.lit(False))
-        )
+        changes.select(*change_columns, *marks(False, True))
+        .unionByName(as_changes(current, change_columns, "U", marks(False, False)))
+        .unionByName(as_changes(remembered, change_columns, "D", marks(True, False)))
     )
     # Each ranked row knows how many rows of final its key has (same window partitioning as
     # the ranking: no second shuffle), so the verdict below needs no other join.
