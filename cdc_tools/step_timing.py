@@ -122,8 +122,8 @@ def capture_call_sites(on: bool) -> None:
 
 
 def summarised(runs: list[dict[str, Any]]) -> dict[str, Any]:
-    """The medians and every run's seconds; the last run's request counts and step counts (the
-    same every run: the plan does not depend on the load)."""
+    """The medians and every run's seconds; the last run's request counts and step counts (they
+    do not depend on the load; the requests vary by a few percent from run to run)."""
     stage_runs = [r["stage"] for r in runs]
     overwrite_runs = [r["overwrite"] for r in runs]
     last = runs[-1]
