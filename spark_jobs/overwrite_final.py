@@ -261,10 +261,12 @@ def _candidates(
     def marks(remembered: bool, from_change: bool) -> list[Column]:
         return [F.lit(remembered).alias(REMEMBERED), F.lit(from_change).alias(FROM_CHANGE)]
 
+    # The three have the same columns in the same order: a union by position is the same
+    # union, without the projection a union by name adds (and the driver analyses again).
     candidates = (
         changes.select(*change_columns, *marks(False, True))
-        .unionByName(as_changes(current, change_columns, "U", marks(False, False)))
-        .unionByName(as_changes(remembered, change_columns, "D", marks(True, False)))
+        .union(as_changes(current, change_columns, "U", marks(False, False)))
+        .union(as_changes(remembered, change_columns, "D", marks(True, False)))
     )
     # Each ranked row knows how many rows of final its key has (same window partitioning as
     # the ranking: no second shuffle), so the verdict below needs no other join.
@@ -308,8 +310,9 @@ def _routed_output(
     unchanged = (
         final_rows.limit(0) if heal else final_rows.join(small_keys, on=keys, how="left_anti")
     ).select(*output_columns, F.lit("final").alias(ROUTE))
-    # Both tables' rows in one frame, written by one Spark job.
-    output = unchanged.unionByName(ranked)
+    # Both tables' rows in one frame, written by one Spark job (the same columns in the same
+    # order: a union by position).
+    output = unchanged.union(ranked)
     return output
 
 

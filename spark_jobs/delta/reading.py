@@ -208,22 +208,30 @@ def local_frame(
     spark: SparkSession, rows: Sequence[Sequence[Any]] | pa.Table, schema: StructType
 ) -> DataFrame:
     """A small driver-side table (metadata such as file names and partition values) as a
-    Spark local relation: joins broadcast it straight from the driver, with no Spark job.
-    `rows`: tuples in the order of `schema`, or an Arrow table with its columns."""
+    Spark local relation: it reaches a join straight from the driver, with no Spark job to read
+    it (a broadcast of it still runs one). `rows`: tuples in the order of `schema`, or an Arrow
+    table with its columns.
+
+    Built from Arrow in both modes: a classic session's `createDataFrame` of Python rows gives
+    an RDD instead, whose empty tasks each query then schedules. Columns whose Arrow type is
+    already the wanted one are not cast: the cast is a projection the optimizer evaluates over
+    every row of the relation again in each query that uses it.
+    """
     nullable = StructType([StructField(f.name, f.dataType, True) for f in schema.fields])
+    arrow_schema = to_arrow_schema(nullable, timezone="UTC")
     if isinstance(rows, pa.Table):
         table = rows.select(schema.names)
     else:
-        arrow_schema = to_arrow_schema(nullable, timezone="UTC")
         table = pa.Table.from_pylist(
             [dict(zip(schema.names, row, strict=True)) for row in rows], arrow_schema
         )
     if table.num_rows == 0:
-        # Spark Connect cannot infer a schema from an empty table: give it the one wanted.
-        return spark.createDataFrame([], nullable)
-    return spark.createDataFrame(table).select(
-        *[F.col(f.name).cast(f.dataType) for f in schema.fields]
-    )
+        # With the schema wanted: Spark Connect cannot infer one from an empty table.
+        return spark.createDataFrame(arrow_schema.empty_table(), nullable)
+    frame = spark.createDataFrame(table)
+    if table.schema.types == arrow_schema.types:
+        return frame
+    return frame.select(*[F.col(f.name).cast(f.dataType) for f in schema.fields])
 
 
 def canonical_partition_value(value: Any) -> Any:
