@@ -83,6 +83,10 @@ class BenchSpec:
     output: Path = Path("bench-results")
     warm_up: bool = True  # a small throwaway case first (JIT, caches)
     repeats: int = 3  # overwrite_final and MERGE run this often, each on a fresh copy: median
+    # Runs of each repeated method at the case's own size before those counted (each on a fresh
+    # copy; their seconds kept as `warm_up_runs`): the operating point is a warm Spark server,
+    # and a JVM's compiled code for a size comes only from running at that size.
+    warm_up_runs: int = 2
     # "ordered": K1 is the row id, so each file's key range is narrow and new keys lie above
     # every range; "spread": K1 is a bijective scramble of the id (a hash or UUID-like key), so
     # every file's range covers the whole key space and statistics prune nothing.
@@ -103,6 +107,7 @@ class BenchSpec:
             output=output,
             warm_up=False,
             repeats=2,  # the repeat path too: each run must start from the same state
+            warm_up_runs=1,  # and the warm-up runs before them
         )
 
 
@@ -343,6 +348,7 @@ class Measure:
     spark: dict[str, Any] = field(default_factory=dict)
     counts: dict[str, Any] = field(default_factory=dict)
     runs: list[float] = field(default_factory=list)  # seconds of every repetition
+    warm_up_runs: list[float] = field(default_factory=list)  # seconds of the runs before them
 
 
 def _measure(
@@ -374,6 +380,31 @@ def _measure(
         bytes_written=sum(new.values()),
         spark=_spark_stages(spark, group, seconds),
         counts=counts,
+    )
+
+
+def repeated_measure(
+    spark: SparkSession,
+    spec: BenchSpec,
+    label: str,
+    method: str,
+    final: Path,
+    action: Callable[[], dict[str, Any]],
+    fresh: Callable[[], None],
+) -> Measure:
+    """`spec.warm_up_runs` runs, then the median of `spec.repeats` more, each on a fresh copy of
+    the base table (`fresh` makes it, before every run but the first)."""
+    measures = []
+    for run in range(spec.warm_up_runs + spec.repeats):
+        if run:
+            fresh()
+        measures.append(_measure(spark, f"{label}/{run}", method, final, action))
+    warm_up, counted = measures[: spec.warm_up_runs], measures[spec.warm_up_runs :]
+    median = sorted(counted, key=lambda m: m.seconds)[len(counted) // 2]
+    return replace(
+        median,
+        runs=[m.seconds for m in counted],
+        warm_up_runs=[m.seconds for m in warm_up],
     )
 
 
@@ -608,19 +639,15 @@ def run_case(
     changes.count()
 
     def repeated(method: str, action: Callable[[], dict[str, Any]]) -> Measure:
-        """The median of `spec.repeats` runs, each on a fresh copy of the base table."""
-        measures = []
-        for run in range(spec.repeats):
-            if run:
-                shutil.rmtree(finals[method])
-                shutil.copytree(base, finals[method])
-                if method == "overwrite_final":
-                    # Back to the state before the first run: no tombstones, nothing applied.
-                    shutil.rmtree(own.tombstones, ignore_errors=True)
-                    shutil.rmtree(own.applied, ignore_errors=True)
-            measures.append(_measure(spark, f"{label}/{run}", method, finals[method], action))
-        median = sorted(measures, key=lambda m: m.seconds)[len(measures) // 2]
-        return replace(median, runs=[m.seconds for m in measures])
+        def fresh() -> None:
+            shutil.rmtree(finals[method])
+            shutil.copytree(base, finals[method])
+            if method == "overwrite_final":
+                # Back to the state before the first run: no tombstones, nothing applied.
+                shutil.rmtree(own.tombstones, ignore_errors=True)
+                shutil.rmtree(own.applied, ignore_errors=True)
+
+        return repeated_measure(spark, spec, label, method, finals[method], action, fresh)
 
     actions: dict[str, Callable[[], dict[str, Any]]] = {
         "overwrite_final": lambda: dict(run_overwrite_final(context, window).counts),

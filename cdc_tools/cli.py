@@ -97,6 +97,12 @@ def _add_bench_commands(commands: Any) -> None:
         "--repeats", type=int, default=None, help="runs of overwrite-final and MERGE (3): median"
     )
     bench.add_argument(
+        "--warm-up-runs",
+        type=int,
+        default=None,
+        help="runs of each of them before those counted, at the case's size (2); 0: a cold JVM",
+    )
+    bench.add_argument(
         "--key-layout",
         choices=["ordered", "spread"],
         default=None,
@@ -254,6 +260,7 @@ def run_bench_command(namespace: argparse.Namespace) -> int:
                 ("key_width", namespace.key_width),
                 ("changes", namespace.changes),
                 ("repeats", namespace.repeats),
+                ("warm_up_runs", namespace.warm_up_runs),
                 ("key_layout", namespace.key_layout),
                 ("partition_stable", namespace.partition_stable or None),
             )
@@ -261,6 +268,8 @@ def run_bench_command(namespace: argparse.Namespace) -> int:
         }
         if namespace.repeats is not None and namespace.repeats < 1:
             raise ValueError(f"--repeats must be at least 1, not {namespace.repeats}")
+        if namespace.warm_up_runs is not None and namespace.warm_up_runs < 0:
+            raise ValueError(f"--warm-up-runs must be at least 0, not {namespace.warm_up_runs}")
         if namespace.fractions:
             overrides["fractions"] = tuple(float(v) for v in namespace.fractions.split(","))
         if namespace.sizes:

@@ -1,10 +1,16 @@
-"""The bench's job timeline: how long Spark jobs ran, overlapping jobs counted once."""
+"""The bench: its job timeline (how long Spark jobs ran, overlapping jobs counted once) and its
+warm-up runs."""
 
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 
-from cdc_tools.bench import _interval, _millis, _union_ms
+import pytest
+
+from cdc_tools import bench
+from cdc_tools.bench import Measure, _interval, _millis, _union_ms
+from cdc_tools.cli import main
 
 T0 = datetime(2026, 11, 26, 9, 0, tzinfo=UTC)
 
@@ -35,3 +41,35 @@ def test_rest_api_times() -> None:
     assert _interval(job) == span(250, 1000)
     assert _millis(job) == 750
     assert _millis({"submissionTime": "2026-11-26T09:00:00.250GMT"}) == 0
+
+
+def test_warm_up_runs_are_kept_apart_from_the_median(monkeypatch: pytest.MonkeyPatch) -> None:
+    seconds = iter([9.0, 5.0, 3.0, 1.0, 2.0])  # two warm-up runs, then three counted
+    labels: list[str] = []
+
+    def measure(spark: object, label: str, method: str, final: Path, action: object) -> Measure:
+        labels.append(label)
+        return Measure(method, next(seconds), [], None, None, 0, 0)
+
+    fresh: list[int] = []
+    monkeypatch.setattr(bench, "_measure", measure)
+    spec = bench.BenchSpec(repeats=3, warm_up_runs=2)
+    got = bench.repeated_measure(
+        None,
+        spec,
+        "case",
+        "overwrite_final",
+        Path("f"),
+        dict,
+        lambda: fresh.append(1),  # type: ignore[arg-type]
+    )
+    assert (got.seconds, got.runs, got.warm_up_runs) == (2.0, [3.0, 1.0, 2.0], [9.0, 5.0])
+    assert labels == [f"case/{n}" for n in range(5)]
+    assert len(fresh) == 4  # a fresh copy before every run but the first
+
+
+def test_bench_refuses_a_negative_number_of_warm_up_runs(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    assert main(["bench", "--warm-up-runs", "-1"]) == 2
+    assert "--warm-up-runs must be at least 0, not -1" in capsys.readouterr().err

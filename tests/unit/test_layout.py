@@ -42,7 +42,7 @@ LONG_FUNCTIONS = {
     "spark_jobs.staging.recovery.settle_unrecorded": 93,
     # one Spark `when` chain, the first problem wins, in the order of the docs
     # a benchmark case: stage, then the three ways of applying it
-    "cdc_tools.bench.run_case": 74,
+    "cdc_tools.bench.run_case": 70,
     # a benchmark cycle through Airflow, measured step by step
     "cdc_tools.bench_cycle.run_mode": 91,
     # the generator's change mix of one hour, as one Spark plan
