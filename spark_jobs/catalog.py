@@ -39,16 +39,14 @@ def catalog_names(table: TableConfig, paths: TablePaths) -> dict[str, Location]:
 
 
 def _uri(path: Location) -> str:
-    """The location Spark's catalog gives a table at `path`, as `_location` writes it."""
+    """The location Spark's catalog gives a table at `path`, as `_normalised` writes it."""
     if isinstance(path, Path):
         return path.resolve().as_uri().rstrip("/")
     return str(path)
 
 
-def _location(spark: Any, quoted: str) -> str:
-    """Where a registered Delta table lives, as a file URI without a trailing slash."""
-    row = spark.sql(f"DESCRIBE DETAIL {quoted}").select("location").first()  # metadata: 1 row
-    location = str(row[0]) if row is not None else ""
+def _normalised(location: str) -> str:
+    """A catalog location as `_uri` gives one: a file URI, s3://, no trailing slash."""
     if location.startswith("file:") and not location.startswith("file://"):
         location = "file://" + location[len("file:") :]
     if location.startswith("s3a://"):
@@ -56,15 +54,26 @@ def _location(spark: Any, quoted: str) -> str:
     return location.rstrip("/")
 
 
-def _registered_location(spark: Any, name: str, quoted: str) -> str | None:
-    """Where `name` is registered: "" when it is not; None when it is but its folder is gone
-    (Spark cannot even tell whether it exists: the name stands for nothing, registered again)."""
-    try:
-        return _location(spark, quoted) if spark.catalog.tableExists(name) else ""
-    except Exception as error:
-        if "DELTA_PATH_DOES_NOT_EXIST" in str(error):
-            return None
-        raise
+def _registered_location(spark: Any, database: str, short: str) -> str | None:
+    """Where `database.short` is registered: "" when it is not; None when it is with no
+    location (registered again).
+
+    From the catalog's own entry (`SHOW TABLE EXTENDED`): it reads no Delta log, where
+    `DESCRIBE DETAIL` first brought Spark's copy of the table's state up to the version the run
+    just committed (3 jobs, 0.8 s of the server's time per run at 5M rows), and where
+    `tableExists` loads the table (and fails when its folder is gone). Names and databases are
+    lower-case letters, digits and _ (config), so the pattern matches only the name.
+    """
+    query = f"SHOW TABLE EXTENDED IN `{database}` LIKE '{short}'"
+    rows = spark.sql(query).collect()  # metadata: the catalog's entry for one name
+    for row in rows:
+        if str(row["tableName"]).lower() != short or row["isTemporary"]:
+            continue
+        for line in str(row["information"]).splitlines():
+            if line.startswith("Location: "):
+                return _normalised(line[len("Location: ") :].strip())
+        return None
+    return ""
 
 
 def register_tables(spark: Any, table: TableConfig, paths: TablePaths) -> list[str]:
@@ -78,7 +87,7 @@ def register_tables(spark: Any, table: TableConfig, paths: TablePaths) -> list[s
                 continue
             database, short = name.split(".")
             quoted = f"`{database}`.`{short}`"
-            registered = _registered_location(spark, name, quoted)
+            registered = _registered_location(spark, database, short)
             if registered == _uri(path):
                 continue
             if registered != "":
