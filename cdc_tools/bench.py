@@ -33,6 +33,7 @@ import tempfile
 import time
 import urllib.parse
 import urllib.request
+import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from datetime import UTC, datetime
@@ -202,11 +203,21 @@ def _jvm_pid(spark: SparkSession) -> int | None:
     return int(spark.sparkContext._jvm.java.lang.ProcessHandle.current().pid())  # type: ignore[union-attr]
 
 
+# This process's mark on its tags: a Connect server keeps the jobs of every bench it served,
+# and the same case labels would otherwise find another run's jobs too.
+_BENCH_RUN = uuid.uuid4().hex[:8]
+
+
+def _tag(group: str) -> str:
+    """The Spark Connect tag of `group` in this process (a tag holds no comma)."""
+    return f"{group.replace(',', '_')}-{_BENCH_RUN}"
+
+
 def _set_group(spark: SparkSession, group: str) -> None:
     """Mark the next jobs as `group`: a job group (classic), a tag under Spark Connect."""
     if is_connect(spark):
         spark.clearTags()
-        spark.addTag(group.replace(",", "_"))
+        spark.addTag(_tag(group))
     else:
         spark.sparkContext.setJobGroup(group, group)
 
@@ -254,7 +265,7 @@ def _spark_stages(spark: SparkSession, group: str, seconds: float | None = None)
         stages_done = get(f"applications/{app}/stages?status=complete")
     except (OSError, ValueError, KeyError, IndexError):
         return {}
-    tag = "_Tag_" + group.replace(",", "_")
+    tag = "_Tag_" + _tag(group)
     jobs = [
         j
         for j in every

@@ -73,3 +73,11 @@ def test_bench_refuses_a_negative_number_of_warm_up_runs(
 ) -> None:
     assert main(["bench", "--warm-up-runs", "-1"]) == 2
     assert "--warm-up-runs must be at least 0, not -1" in capsys.readouterr().err
+
+
+def test_connect_tags_are_this_process_own() -> None:
+    """A Connect server keeps the jobs of every bench it served: the same case label in two
+    benches must not find the other's jobs."""
+    tag = bench._tag("fraction-0.01/0/overwrite_final,x")
+    assert tag.startswith("fraction-0.01/0/overwrite_final_x-") and "," not in tag
+    assert tag.endswith(bench._BENCH_RUN) and len(bench._BENCH_RUN) == 8
