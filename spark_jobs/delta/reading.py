@@ -228,10 +228,13 @@ def local_frame(
     if table.num_rows == 0:
         # With the schema wanted: Spark Connect cannot infer one from an empty table.
         return spark.createDataFrame(arrow_schema.empty_table(), nullable)
-    frame = spark.createDataFrame(table)
     if table.schema.types == arrow_schema.types:
-        return frame
-    return frame.select(*[F.col(f.name).cast(f.dataType) for f in schema.fields])
+        # Given the schema, Spark takes its types as they are (inferred from Arrow, a naive
+        # timestamp would become a session-zone timestamp, not timestamp_ntz).
+        return spark.createDataFrame(table, nullable)
+    return spark.createDataFrame(table).select(
+        *[F.col(f.name).cast(f.dataType) for f in schema.fields]
+    )
 
 
 def canonical_partition_value(value: Any) -> Any:

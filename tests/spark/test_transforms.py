@@ -2,10 +2,23 @@
 
 from __future__ import annotations
 
+from datetime import datetime
+from decimal import Decimal
+
+import pyarrow as pa
 import pytest
 from pyspark.sql import functions as F
+from pyspark.sql.types import (
+    DecimalType,
+    LongType,
+    StructField,
+    StructType,
+    TimestampNTZType,
+    TimestampType,
+)
 
 from cdc_pipeline.config import TableConfig
+from spark_jobs import delta
 from spark_jobs.session import new_observation, observed_metrics
 from spark_jobs.transforms import (
     latest_arrival_per_key_and_sequence,
@@ -185,3 +198,32 @@ def test_step_timing_counts_the_requests_sent_to_spark(spark) -> None:
     sent = counted[0]
     assert frame.columns == ["id"]
     assert counted[0] == sent
+
+
+@pytest.mark.parametrize("empty", [False, True])
+def test_a_local_frame_has_exactly_the_types_asked_for(spark, empty: bool) -> None:
+    """Keys and partition values reach the joins as local frames: a timestamp_ntz key must stay
+    timestamp_ntz (Spark infers a naive Arrow timestamp as a session-zone one), and a column
+    whose Arrow type differs is cast."""
+    schema = StructType(
+        [
+            StructField("K", TimestampNTZType(), False),
+            StructField("T", TimestampType()),
+            StructField("D", DecimalType(10, 2)),
+            StructField("N", LongType()),
+        ]
+    )
+    rows = (
+        []
+        if empty
+        else [(datetime(2024, 1, 2, 3, 4, 5), datetime(2024, 1, 2, 3, 4, 5), Decimal("1.50"), 7)]
+    )
+    frame = delta.local_frame(spark, rows, schema)
+    wanted = [(f.name, f.dataType) for f in schema.fields]
+    assert [(f.name, f.dataType) for f in frame.schema.fields] == wanted
+    assert [tuple(r) for r in frame.collect()] == rows
+    # An Arrow table with other types (int32, a string decimal) is cast to the ones asked for.
+    other = pa.table({"N": pa.array([] if empty else [7], pa.int32())})
+    cast = delta.local_frame(spark, other, StructType([StructField("N", LongType())]))
+    assert cast.schema.fields[0].dataType == LongType()
+    assert [tuple(r) for r in cast.collect()] == ([] if empty else [(7,)])
