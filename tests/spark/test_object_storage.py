@@ -8,11 +8,13 @@ commit exactly once each (conditional writes: the choice for S3 in docs/operatio
 from __future__ import annotations
 
 import multiprocessing
+import traceback
+from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
 import pytest
-from deltalake import DeltaTable, write_deltalake
+from deltalake import CommitProperties, DeltaTable, write_deltalake
 
 from spark_jobs.session import build_spark_session, project_jars
 
@@ -67,22 +69,39 @@ def test_spark_and_delta_rs_read_and_write_the_same_s3_tables(spark: Any, s3_env
     assert rows(table.to_pyarrow_table()) == [(1, "a"), (3, "c"), (4, "d"), (5, "e"), (6, "f")]
 
 
-def _append(uri: str, writer: int, count: int) -> None:
-    for n in range(count):
-        write_deltalake(uri, pa.table({"W": [writer], "N": [n]}), mode="append")
+def _append(uri: str, writer: int, count: int, errors: str) -> None:
+    # Every one of the 32 commits may lose a race to another writer: enough retries that a
+    # writer never gives up (delta-rs's default is 15), which is not what the test is about.
+    # An error is written where the test reads it (a spawned child's stderr is not captured).
+    try:
+        for n in range(count):
+            write_deltalake(
+                uri,
+                pa.table({"W": [writer], "N": [n]}),
+                mode="append",
+                commit_properties=CommitProperties(max_commit_retries=100),
+            )
+    except BaseException:
+        Path(errors).write_text(traceback.format_exc())
+        raise
 
 
-def test_concurrent_delta_rs_writers_on_s3_commit_exactly_once(s3_env: Any) -> None:
+def test_concurrent_delta_rs_writers_on_s3_commit_exactly_once(s3_env: Any, tmp_path: Path) -> None:
     uri = f"s3://{s3_env.create_bucket()}/race"
     write_deltalake(uri, pa.table({"W": [-1], "N": [-1]}))
     writers, count = 4, 8
     context = multiprocessing.get_context("spawn")  # delta-rs's runtime does not survive fork
-    processes = [context.Process(target=_append, args=(uri, w, count)) for w in range(writers)]
+    errors = [tmp_path / f"writer-{w}.err" for w in range(writers)]
+    processes = [
+        context.Process(target=_append, args=(uri, w, count, str(errors[w])))
+        for w in range(writers)
+    ]
     for process in processes:
         process.start()
-    for process in processes:
+    for w, process in enumerate(processes):
         process.join(timeout=300)
-        assert process.exitcode == 0, process.exitcode
+        error = errors[w].read_text() if errors[w].exists() else "no error written"
+        assert process.exitcode == 0, f"writer {w}: exit code {process.exitcode}: {error}"
     table = DeltaTable(uri)
     assert table.version() == writers * count  # one commit each, none overwritten
     expected = [(-1, -1)] + [(n, w) for w in range(writers) for n in range(count)]
