@@ -48,7 +48,7 @@ from cdc_pipeline.columns import (
 )
 from cdc_pipeline.config import COLUMN_PATTERN, EVENT_FORMATS, TableConfig
 from cdc_pipeline.schema import common_type, normalize_type
-from spark_jobs.transforms import ARRIVAL, CARRIED, FORMAT_ERROR, RAW, persisted
+from spark_jobs.transforms import ARRIVAL, CARRIED, FORMAT_ERROR, RAW, UNDECLARED, persisted
 
 KIND = "__kind"
 CHANGES = "__changes"
@@ -135,6 +135,9 @@ class ChangeRead:
     batch_types: dict[str, str | None]  # column -> type the files give (None: only nulls)
     ignored: dict[str, int] = field(default_factory=dict)
     undeclared: list[str] = field(default_factory=list)
+    # The rows carry their keys outside the declared columns (`UNDECLARED`): `undeclared` is
+    # known once a pass over the rows has gathered them.
+    carries_undeclared: bool = False
     cached: DataFrame | None = None  # the parsed lines, held while the batch is processed
 
     def release(self) -> None:
@@ -586,50 +589,78 @@ def read_json_changes(spark: SparkSession, table: TableConfig, lines: DataFrame)
     utf8 = F.is_valid_utf8(F.col(LINE))
     kind = F.when(~utf8, F.lit("malformed")).otherwise(kind)
     error = F.when(~utf8, F.lit(NOT_UTF8)).otherwise(error)
-    parsed = persisted(
-        lines.filter(F.trim(F.col(LINE)) != "").select(
-            F.col(LINE),
-            *[F.col(c) for c in ARRIVAL],
-            kind.alias(KIND),
-            error.alias(FORMAT_ERROR),
-            changes.alias(CHANGES),
-            *[expr.alias(name) for name, expr in format_columns.items()],
-        )
-    )
-    ignored = _skipped_counts(table, parsed)
-    malformed = parsed.filter(F.col(KIND) == "malformed").select(
-        F.lit(None).cast("string").alias(OP),
-        F.lit(None).cast("map<string,variant>").alias(IMAGE),
-        F.lit(None).cast("map<string,string>").alias(TYPES),
-        F.lit(None).cast("array<string>").alias(CARRIED),
-        F.make_valid_utf8(F.col(LINE)).alias(RAW),
-        F.col(FORMAT_ERROR),
-        *[F.col(name) for name in format_columns],
+    parsed = lines.filter(F.trim(F.col(LINE)) != "").select(
+        F.col(LINE),
         *[F.col(c) for c in ARRIVAL],
+        kind.alias(KIND),
+        error.alias(FORMAT_ERROR),
+        changes.alias(CHANGES),
+        *[expr.alias(name) for name, expr in format_columns.items()],
     )
-    events = (
-        parsed.filter(F.col(KIND) == "event")
-        .select("*", F.explode(F.col(CHANGES)).alias("__change"))
+    if not _rows_read_once(table):
+        parsed = persisted(parsed)  # several passes: parse the lines once
+    ignored = _skipped_counts(table, parsed)
+    # An event line gives a row per change; a malformed line one row (no image) with its text.
+    malformed = F.col(KIND) == "malformed"
+    rows = (
+        parsed.filter(F.col(KIND).isin("event", "malformed"))
+        .select(
+            "*",
+            F.posexplode_outer(F.when(~malformed, F.col(CHANGES))).alias("__at", "__change"),
+        )
+        .filter(malformed | F.col("__at").isNotNull())
         .select(
             F.col(f"__change.{OP}").alias(OP),
             F.col(f"__change.{IMAGE}").alias(IMAGE),
             F.col(f"__change.{TYPES}").alias(TYPES),
             F.map_keys(F.col(f"__change.{IMAGE}")).alias(CARRIED),
-            F.lit(None).cast("string").alias(RAW),
-            F.lit(None).cast("string").alias(FORMAT_ERROR),
+            F.when(malformed, F.make_valid_utf8(F.col(LINE))).alias(RAW),
+            F.when(malformed, F.col(FORMAT_ERROR)).alias(FORMAT_ERROR),
             *[F.col(name) for name in format_columns],
             *[F.col(c) for c in ARRIVAL],
         )
     )
-    rows = events.unionByName(malformed)
-    found = _column_types(events, table.change_format)
-    skip = {table.flag_column} if table.change_format == "flat" else set()
+    names, batch_types, conversions, undeclared = _batch_columns(table, rows)
+    projection = [_value(name, conversions.get(name)).alias(name) for name in names]
+    frame = rows.select(
+        *projection,
+        *[F.col(name) for name in format_columns],
+        F.col(OP).alias(table.flag_source),
+        *([F.col(CARRIED)] if table.change_format in EVENT_FORMATS else []),
+        *([undeclared_keys(table).alias(UNDECLARED)] if undeclared is None else []),
+        F.col(RAW),
+        F.col(FORMAT_ERROR),
+        *[F.col(c) for c in ARRIVAL],
+    )
+    batch_types.update(table.format_columns)
+    cached = None if _rows_read_once(table) else parsed
+    return ChangeRead(frame, batch_types, ignored, undeclared or [], undeclared is None, cached)
+
+
+def _rows_read_once(table: TableConfig) -> bool:
+    """Flat lines with declared columns: the rows are the only pass over the parsed lines (no
+    survey of the images, no count of skipped lines), which staging's typed rows then hold."""
+    return table.columns is not None and table.change_format not in EVENT_FORMATS
+
+
+def _batch_columns(
+    table: TableConfig, rows: DataFrame
+) -> tuple[list[str], dict[str, str | None], dict[str, str | None], list[str] | None]:
+    """(column names, their types in the batch, value conversions, the keys outside the declared
+    columns) of the rows' images.
+
+    With declared `columns` and a format that converts no value (all but Debezium's logical
+    types) a survey of the images (a Spark pass of its own) would only name the undeclared keys:
+    it is skipped, and None says so; each row then carries its undeclared keys (`UNDECLARED`)
+    and staging's per-file counts gather them in their pass."""
+    if table.columns is not None and table.change_format != "debezium":
+        return list(table.columns), dict(table.columns), {}, None
+    found = _column_types(rows, table.change_format)
+    skip = _not_columns(table)
     found = {name: kind for name, kind in found.items() if name not in skip}
     if table.columns is not None:
         names = list(table.columns)
-        # Every key outside the declared columns is ignored: the names, then the odd ones.
-        extra, unusable = column_names(set(found) - set(names), set())
-        undeclared = extra + unusable
+        undeclared = undeclared_names(set(found) - set(names))
         batch_types: dict[str, str | None] = dict(table.columns)
     else:
         taken = {*skip, *table.format_columns}
@@ -638,19 +669,25 @@ def read_json_changes(spark: SparkSession, table: TableConfig, lines: DataFrame)
         names = keys_first + sorted(n for n in usable if n not in keys_first)
         batch_types = {name: found[name][0] for name in names}
     conversions = {name: found[name][1] for name in names if name in found}
-    projection = [_value(name, conversions.get(name)).alias(name) for name in names]
-    frame = rows.select(
-        *projection,
-        *[F.col(name) for name in format_columns],
-        F.col(OP).alias(table.flag_source),
-        *([F.col(CARRIED)] if table.change_format in EVENT_FORMATS else []),
-        F.col(RAW),
-        F.col(FORMAT_ERROR),
-        *[F.col(c) for c in ARRIVAL],
-    )
-    for name, spark_type in table.format_columns.items():
-        batch_types[name] = spark_type
-    return ChangeRead(frame, batch_types, ignored, undeclared, cached=parsed)
+    return names, batch_types, conversions, undeclared
+
+
+def _not_columns(table: TableConfig) -> set[str]:
+    """Image keys that are not data columns: a flat line's flag."""
+    return {table.flag_column} if table.change_format == "flat" else set()
+
+
+def undeclared_keys(table: TableConfig) -> Column:
+    """A row's image keys outside the declared columns (null for a line that was not read)."""
+    known = [*(table.columns or {}), *_not_columns(table)]
+    return F.filter(F.map_keys(F.col(IMAGE)), lambda key: ~key.isin(known))
+
+
+def undeclared_names(keys: Iterable[str]) -> list[str]:
+    """Keys outside the declared columns, all ignored, as the warning names them: the names,
+    then a count of the odd ones."""
+    extra, unusable = column_names(set(keys), set())
+    return extra + unusable
 
 
 def _skipped_counts(table: TableConfig, parsed: DataFrame) -> dict[str, int]:
@@ -708,11 +745,9 @@ def _value(name: str, conversion: str | None) -> Column:
     )
 
 
-def _column_types(
-    events: DataFrame, change_format: str
-) -> dict[str, tuple[str | None, str | None]]:
+def _column_types(read: DataFrame, change_format: str) -> dict[str, tuple[str | None, str | None]]:
     """column -> (Spark type, conversion SQL) over every image of the batch (a small result)."""
-    entries = events.select(F.explode(F.map_entries(F.col(IMAGE))).alias("e"), F.col(TYPES)).select(
+    entries = read.select(F.explode(F.map_entries(F.col(IMAGE))).alias("e"), F.col(TYPES)).select(
         F.col("e.key").alias("name"),
         F.col("e.value").alias("value"),
         F.col(TYPES)[F.col("e.key")].alias("declared"),

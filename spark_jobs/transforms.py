@@ -33,6 +33,8 @@ TRUNCATE = "T"  # an event format's truncate: every row ordered before it goes
 # did not carry (null: it carried every column): such a column keeps the key's previous value.
 CARRIED = "__carried"
 RAW_PREFIX = "__raw_"
+# A JSON row's image keys outside the declared columns (the read frame and the typed rows).
+UNDECLARED = "__undeclared"
 # The instants Python (datetime), pyarrow's conversions and so the driver-side steps can hold:
 # 0001-01-01T00:00:00 and 9999-12-31T23:59:59.999999 UTC, as microseconds and days since the
 # epoch. Spark holds far wider values; one of them in staging would fail every later run that
@@ -136,6 +138,8 @@ def type_changes(
     for column in (RAW, FORMAT_ERROR):
         value = F.col(column) if column in available else F.lit(None).cast("string")
         projections.append(value.alias(column))
+    if UNDECLARED in available:
+        projections.append(F.col(UNDECLARED))
     projections += [F.col(c) for c in ARRIVAL]
     typed = raw.select(*projections)
     if table.partition_column is not None and table.partition_expression is not None:

@@ -20,7 +20,7 @@ from cdc_pipeline.intervals import Interval
 from cdc_pipeline.schema import plan_schema
 from spark_jobs import delta, extracts, landing
 from spark_jobs.common import StepContext
-from spark_jobs.formats import ChangeRead
+from spark_jobs.formats import ChangeRead, undeclared_names
 from spark_jobs.landing import LandingFile, ParquetPlan
 from spark_jobs.staging.commit import refuse_batch
 from spark_jobs.staging.notices import warn
@@ -33,6 +33,7 @@ from spark_jobs.transforms import (
     FILE,
     FLAG,
     REASON,
+    UNDECLARED,
     good_changes,
     persisted,
     quarantined_changes,
@@ -117,10 +118,7 @@ def _typed_changes(
     files `recovery.settle_unrecorded` decides (the file may have changed since)."""
     spark, table, paths = context.spark, context.table, context.paths
     to_read, staging, snapshot_batch = plan.to_read, plan.staging, plan.snapshot_batch
-    read, raw = _read_files(context, to_read, plan.parquet, interval, snapshot_batch)
-    found = StageCounts(
-        skipped=read.ignored or None, undeclared_columns_ignored=len(read.undeclared) or None
-    )
+    read, raw = _read_files(context, to_read, plan.parquet, snapshot_batch)
     is_snapshot = table.change_format == "snapshot"
     flag_present = not is_snapshot and table.flag_source in raw.columns
     if not flag_present and not table.insert_only and not is_snapshot:
@@ -135,6 +133,7 @@ def _typed_changes(
     if table.columns is None and not staging.exists:
         _check_identity_columns(table, read.batch_types)
     typed, per_file = _typed_rows(table, read, raw, column_types, flag_present, is_snapshot)
+    found = _read_counts(table, interval, read, per_file)
     file_key = F.concat_ws("/", F.col(BATCH), F.col(FILE))
     columns = staging_columns(table, column_types)
     release: list[Callable[[], Any]] = [typed.unpersist]
@@ -164,6 +163,23 @@ def _typed_changes(
     return StageRows(plan, good, bad, per_file, release, found=found)
 
 
+def _read_counts(
+    table: TableConfig, interval: Interval, read: ChangeRead, per_file: list[dict[str, Any]]
+) -> StageCounts:
+    """What the reading skipped and ignored; the undeclared columns are named in a warning.
+    Rows that carry their undeclared keys have them in `per_file` (taken out of it here)."""
+    if read.carries_undeclared:
+        read.undeclared = undeclared_names(k for r in per_file for k in r.pop(UNDECLARED) or [])
+    if read.undeclared:
+        warn(
+            f"table {table.name}: {interval}: columns not in the config row are ignored: "
+            + ", ".join(read.undeclared)
+        )
+    return StageCounts(
+        skipped=read.ignored or None, undeclared_columns_ignored=len(read.undeclared) or None
+    )
+
+
 def _check_identity_columns(table: TableConfig, found: dict[str, str | None]) -> None:
     """keys and sequence_by name columns of the data: without declared `columns`, `cdc validate`
     cannot know them, so the first batch with any column checks them (a ConfigError naming the
@@ -185,11 +201,10 @@ def _read_files(
     context: StepContext,
     to_read: Sequence[LandingFile],
     parquet: ParquetPlan | None,
-    interval: Interval,
     snapshot_batch: str | None,
 ) -> tuple[ChangeRead, DataFrame]:
     """The files' rows as read, with their arrival (a new version's file name, an extract's
-    time); the fields the config ignores are named (the caller counts them)."""
+    time)."""
     spark, table = context.spark, context.table
     read = read_landing(spark, table, to_read, parquet)
     raw = read.frame
@@ -199,11 +214,6 @@ def _read_files(
     if snapshot_batch is not None:
         raw = raw.withColumn(extracts.SNAPSHOT_AT, extracts.snapshot_time(F.col(BATCH)))
         read.batch_types[extracts.SNAPSHOT_AT] = "timestamp"
-    if read.undeclared:
-        warn(
-            f"table {table.name}: {interval}: columns not in the config row are ignored: "
-            + ", ".join(read.undeclared)
-        )
     return read, raw
 
 
@@ -256,8 +266,10 @@ def _typed_rows(
                     F.sum(F.when(F.col(REASON).isNull(), 1).otherwise(0)).alias("good"),
                     F.sum(F.when(F.col(REASON).isNotNull(), 1).otherwise(0)).alias("bad"),
                     _newest_change(table, column_types).alias(NEWEST),
+                    # (JSON, declared columns) the keys outside them, gathered in this pass
+                    *_undeclared_keys(read),
                 )
-                .collect()  # metadata: one row per file
+                .collect()  # metadata: one row per file, and the undeclared keys' names
             ]
         except Exception:
             unpersist_quietly(typed)
@@ -268,6 +280,13 @@ def _typed_rows(
         message = str(error).strip().splitlines()[0]
         raise ConfigError(f"table {table.name}: partition_expression: {message}") from None
     return typed, per_file
+
+
+def _undeclared_keys(read: ChangeRead) -> list[Column]:
+    """The distinct undeclared keys of a file's rows, when the rows carry them."""
+    if not read.carries_undeclared:
+        return []
+    return [F.array_distinct(F.flatten(F.collect_set(UNDECLARED))).alias(UNDECLARED)]
 
 
 def _newest_change(table: TableConfig, column_types: dict[str, str]) -> Column:

@@ -247,6 +247,35 @@ def test_undeclared_columns_are_ignored_with_a_warning(spark, workspace: Workspa
     assert table_rows(final) == [(1, 1, "Olaf")]
 
 
+def test_undeclared_keys_of_every_file_are_named_once(spark, workspace: Workspace, capfd) -> None:
+    """With declared columns the undeclared keys are gathered by the per-file counts' pass: keys
+    from two files and a malformed line, named once each, and no trace of them in the tables."""
+    declared = {**JSON_TABLE, "columns": {"ID": "bigint", "SEQ": "bigint", "NAME": "string"}}
+    table = workspace.configure(declared)["j"]
+    rows_a = [
+        {"FLAG": "I", "ID": 1, "SEQ": 1, "NAME": "a", "MORE": 2},
+        {"FLAG": "I", "ID": 2, "SEQ": 1, "NAME": "b", "MORE": 3},
+    ]
+    rows_b = [{"FLAG": "U", "ID": 1, "SEQ": 2, "NAME": "c", "EXTRA": "x", "a b": 1, "_cdc_x": 3}]
+    workspace.land("j", "2024-01-01T00", "a.json", rows_a, file_format="json")
+    path = workspace.land("j", "2024-01-01T00", "b.json", rows_b, file_format="json")
+    path.write_text(path.read_text() + "{not json\n")
+    staged, _ = run(spark, workspace, table, "2024-01-01T00", "2024-01-01T01")
+    counts = staged.counts
+    assert (counts["staged"], counts["quarantined"], counts["undeclared_columns_ignored"]) == (
+        3,
+        1,
+        4,
+    )
+    err = capfd.readouterr().err
+    names = "EXTRA, MORE, _cdc_x, <1 key(s) that are not column names>"
+    assert err.count(f"columns not in the config row are ignored: {names}") == 1
+    paths = workspace.paths("j")
+    assert table_rows(paths.final) == [(1, 2, "c"), (2, 1, "b")]
+    for path in (paths.staging, paths.quarantine):
+        assert not [c for c in delta.load_snapshot(path).schema.names if "undeclared" in c]
+
+
 def test_a_widening_rewrite_raced_by_an_optimize_keeps_each_row_once(
     spark, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

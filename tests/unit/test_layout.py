@@ -32,8 +32,6 @@ LONG_FUNCTIONS = {
     "spark_jobs.extracts.derive_changes": 67,
     # the Debezium envelope's column expressions, one per field kind
     "spark_jobs.formats._parse_debezium": 90,
-    # the JSON-lines read: parse, flatten, types of the batch, ignored fields
-    "spark_jobs.formats.read_json_changes": 74,
     # the lookup's three cases (known partitions, driver-side ranges, Spark-side ranges)
     "spark_jobs.key_lookup.partitions_holding_keys": 64,
     # one pass over the Parquet footers (unreadable, contradicting, grouped by schema)
