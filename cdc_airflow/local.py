@@ -10,7 +10,6 @@ import json
 import os
 import secrets
 import signal
-import sqlite3
 import subprocess
 import sys
 import tempfile
@@ -178,8 +177,7 @@ class LocalAirflow:
             AIRFLOW__CORE__DAGS_FOLDER=str(root / "dags"),
             AIRFLOW__CORE__PLUGINS_FOLDER=str(root / "plugins"),
             AIRFLOW__CORE__LOAD_EXAMPLES="False",
-            # SQLite allows one writer: wait up to 60 s for a lock instead of failing at once
-            # (the DB is in write-ahead-log mode: readers and the writer do not wait on each other).
+            # SQLite allows one writer: wait up to 60 s for a lock instead of failing at once.
             AIRFLOW__DATABASE__SQL_ALCHEMY_CONN=f"sqlite:///{self.home}/airflow.db?timeout=60",
             # LocalExecutor, its workers forked with the task code imported (cdc_airflow/executor.py)
             AIRFLOW__CORE__EXECUTOR="cdc_airflow.executor.PreloadingLocalExecutor",
@@ -248,21 +246,7 @@ class LocalAirflow:
             write_private(self.passwords_file, json.dumps({"admin": secrets.token_urlsafe(12)}))
         self.passwords_file.chmod(0o600)  # a file left by an older version may be 0644
         self.airflow("db", "migrate")
-        self.use_write_ahead_log()
         self.create_pools()
-
-    def use_write_ahead_log(self) -> None:
-        """Put the SQLite DB in write-ahead-log mode (kept in the file). In SQLite's default mode a
-        reader's lock holds off a writer's commit: with the api-server, scheduler and
-        dag-processor writing at once, two requests could wait on each other until the 60 s
-        busy timeout, and every task's call to the api-server with them (measured: a UI pause
-        during a 65-table cycle held all tasks 60 s and sent two to retry). In WAL mode readers
-        never block the writer nor the writer them."""
-        connection = sqlite3.connect(self.home / "airflow.db", timeout=60)
-        try:
-            connection.execute("PRAGMA journal_mode=WAL")
-        finally:
-            connection.close()
 
     def create_pools(self) -> None:
         """Create or update the tables' pools in one `airflow pools import` (one process)."""

@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-import contextlib
 import importlib
 import json
 import os
-import sqlite3
 import stat
 import subprocess
 import sys
@@ -101,9 +99,6 @@ def test_migrate_keeps_the_home_and_password_file_private_and_imports_one_pool_p
     assert len(password) >= 16
     assert calls[0] == (("db", "migrate"), None)
     assert calls[1][0][:2] == ("pools", "import") and calls[1][1] == EXPECTED_POOLS
-    # The metadata DB is in write-ahead-log mode (a reader never holds off the writer).
-    with contextlib.closing(sqlite3.connect(local.home / "airflow.db")) as db:
-        assert db.execute("PRAGMA journal_mode").fetchone() == ("wal",)
     # A second migrate keeps the password; a file left 0644 by an older launcher is tightened.
     local.passwords_file.chmod(0o644)
     local.home.chmod(0o755)
