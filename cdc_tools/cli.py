@@ -150,6 +150,12 @@ def _add_bench_cycle_command(commands: Any) -> None:
     cycle.add_argument(
         "--smoke", action="store_true", help="3 tables, 30 changes, one mode (Connect if available)"
     )
+    cycle.add_argument(
+        "--cold",
+        action="store_true",
+        help="connect mode: measure on a fresh server (default: a warm one, after one warm-up "
+        "pass of every table on copies of its folders, as a server that ran earlier cycles)",
+    )
 
 
 def validate(config: Path | None) -> int:
@@ -322,6 +328,7 @@ def run_bench_cycle_command(namespace: argparse.Namespace) -> int:
             ("changes", namespace.changes),
             ("parallelism", namespace.parallelism),
             ("every", namespace.every),
+            ("warm", False if namespace.cold else None),
         )
         if value is not None
     }

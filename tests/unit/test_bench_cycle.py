@@ -29,6 +29,7 @@ from cdc_tools.bench_cycle import (
     execute_seconds,
     expected_rows,
     generate_table,
+    hour_guard,
     summarize_tasks,
     task_log,
     write_landing,
@@ -260,3 +261,36 @@ def test_execute_seconds_span_pre_execute_end_to_the_summary_line(tmp_path: Path
     summary = summarize_tasks([row], {("cdc_a", "stage"): 40.25})
     assert summary["stage"]["execute_median_s"] == 40.25
     assert summary["stage"]["outside_execute_median_s"] == 19.75
+
+
+class _Pauses:
+    """A stand-in for the bench's Airflow client and metadata DB: records pauses, no other runs."""
+
+    def __init__(self) -> None:
+        self.paused: list[str] = []
+
+    def pause(self, dag_id: str) -> None:
+        self.paused.append(dag_id)
+
+    def runs(self, dag_ids: list[str]) -> list[RunRow]:
+        return []
+
+
+def test_the_hour_guard_pauses_finished_dags_only_near_the_next_due_run() -> None:
+    """No pause PATCH while the next interval's run is far off (a pause while tasks run can
+    stall SQLite for 60 s); from `lead` seconds before it is due, each finished DAG once."""
+    fake = _Pauses()
+    clock = [HOUR + timedelta(hours=1, minutes=3)]
+    guard = hour_guard(fake, fake, ["a", "b"], HOUR, 60, lead=45, now=lambda: clock[0])  # type: ignore[arg-type]
+    runs = [
+        RunRow("a", "r1", "scheduled", "success", HOUR, None, None),
+        RunRow("b", "r2", "scheduled", "running", HOUR, None, None),
+    ]
+    guard(runs)
+    assert fake.paused == []
+    clock[0] = HOUR + timedelta(hours=2) - timedelta(seconds=40)
+    guard(runs)
+    guard(runs)
+    assert fake.paused == ["a"]
+    guard([runs[0], RunRow("b", "r2", "scheduled", "failed", HOUR, None, None)])
+    assert fake.paused == ["a", "b"]
