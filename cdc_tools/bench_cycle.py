@@ -605,7 +605,9 @@ def warm_up(
         return None
     print(f"bench-cycle [{mode}]: warming the Connect server", flush=True)
     tables = [generate_table(i, spec.changes, hour, spec.seed + 1) for i in range(spec.tables)]
-    return warm_server(f"sc://127.0.0.1:{local.connect_port}", config, tables, hour, folder)
+    if local.connect_server is None:
+        raise RuntimeError("bench-cycle: connect mode, but the launcher started no Connect server")
+    return warm_server(local.connect_server.url, config, tables, hour, folder)
 
 
 def cycle_tasks(
