@@ -25,7 +25,10 @@ from types import TracebackType
 
 from cdc_pipeline.jvm import CONNECT_DEFAULT_PORT, utf8_locale
 
-SERVER_CLASS = "org.apache.spark.sql.connect.service.SparkConnectServer"
+# The server is Spark's Connect plugin on a driver of our own (connect_driver.py), not Spark's
+# server class, which forces per-session artifact isolation (see connect_driver's docstring).
+PLUGIN_CLASS = "org.apache.spark.sql.connect.SparkConnectPlugin"
+DRIVER_PROGRAM = Path(__file__).with_name("connect_driver.py")
 DEFAULT_PORT = CONNECT_DEFAULT_PORT
 BIND_ADDRESS = "127.0.0.1"
 # Concurrent tasks of different tables share the server: FAIR scheduling lets a small job of
@@ -34,6 +37,15 @@ SERVER_ONLY_CONF = {
     "spark.scheduler.mode": "FAIR",
     # A client that vanished (killed task) leaves its session; drop idle ones after 30 min.
     "spark.connect.session.manager.defaultSessionTimeout": "30min",
+    "spark.plugins": PLUGIN_CLASS,
+    # Client sessions share the driver's classloader (they add no jars or classes), so code Spark
+    # generated and compiled for one task's query serves the next task's same query.
+    "spark.sql.artifact.isolation.enabled": "false",
+    "spark.sql.artifact.isolation.alwaysApplyClassloader": "false",
+    # Compiled classes kept: a table's stage and overwrite-final compile about 75, so Spark's
+    # default 100 holds not even two tables' and a cycle through more tables than the cache
+    # holds evicts every class before its next use. 8192: about 100 tables of distinct schemas.
+    "spark.sql.codegen.cache.maxEntries": "8192",
 }
 
 
@@ -208,10 +220,12 @@ def server_command(
     """The spark-submit command line of a server and its environment (the local launcher's and
     the compose service's: one set of settings)."""
     home = spark_home()
-    command = [str(home / "bin" / "spark-submit"), "--class", SERVER_CLASS, "--master", master]
-    for key, value in server_conf(port, conf, host).items():
+    command = [str(home / "bin" / "spark-submit"), "--master", master]
+    # The driver program runs in this Python (pyspark installed), not whatever python3 is first.
+    settings = {"spark.pyspark.driver.python": sys.executable, **server_conf(port, conf, host)}
+    for key, value in settings.items():
         command += ["--conf", f"{key}={value}"]
-    command.append("spark-internal")
+    command.append(str(DRIVER_PROGRAM))
     env = dict(os.environ, SPARK_HOME=str(home))
     env.update(utf8_locale(env))  # file names as UTF-8, whatever the caller's locale
     env.setdefault("SPARK_LOCAL_IP", BIND_ADDRESS)

@@ -266,9 +266,12 @@ def test_spark_default_is_the_spark_connect_server_on_the_cluster(
     with pytest.raises(SystemExit):
         connect_server.main(command[3:])
     (submit,) = became
-    assert submit[0].endswith("/bin/spark-submit") and submit[-1] == "spark-internal"
+    assert submit[0].endswith("/bin/spark-submit")
+    assert submit[-1] == str(connect_server.DRIVER_PROGRAM) and "--class" not in submit
     settings = dict(submit[i + 1].split("=", 1) for i, arg in enumerate(submit) if arg == "--conf")
-    assert submit[submit.index("--class") + 1] == connect_server.SERVER_CLASS
+    # Spark's Connect plugin on the project's driver program, sessions sharing compiled code.
+    assert settings["spark.plugins"] == connect_server.PLUGIN_CLASS
+    assert settings["spark.sql.artifact.isolation.enabled"] == "false"
     assert submit[submit.index("--master") + 1] == "spark://spark-master:7077"
     assert settings["spark.connect.grpc.binding.port"] == "15002"
     assert settings["spark.connect.grpc.binding.address"] == "0.0.0.0"
