@@ -118,7 +118,8 @@ def _die_with_parent() -> None:
 def server_conf(
     port: int, conf: Mapping[str, str] | None = None, host: str = BIND_ADDRESS
 ) -> dict[str, str]:
-    """The server's Spark settings: the steps' JVM settings, the bind address, FAIR, `conf` last."""
+    """The server's Spark settings: the steps' JVM settings, the bind address, FAIR, `conf` last
+    (its `spark.plugins` added to the Connect plugin, not in its place)."""
     from spark_jobs.session import REQUIRED_SQL_CONF, static_conf
 
     settings = {
@@ -131,6 +132,9 @@ def server_conf(
         "spark.app.name": "cdc-connect-server",
     }
     settings.update(conf or {})
+    # A user's own plugins run beside the Connect plugin, which the server cannot serve without.
+    plugins = [p.strip() for p in settings["spark.plugins"].split(",") if p.strip()]
+    settings["spark.plugins"] = ",".join(dict.fromkeys([PLUGIN_CLASS, *plugins]))
     return settings
 
 

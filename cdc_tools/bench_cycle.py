@@ -606,7 +606,9 @@ def warm_up(
     print(f"bench-cycle [{mode}]: warming the Connect server", flush=True)
     tables = [generate_table(i, spec.changes, hour, spec.seed + 1) for i in range(spec.tables)]
     if local.connect_server is None:
-        raise RuntimeError("bench-cycle: connect mode, but the launcher started no Connect server")
+        raise BenchCycleError(
+            "bench-cycle: connect mode, but the launcher started no Connect server"
+        )
     return warm_server(local.connect_server.url, config, tables, hour, folder)
 
 

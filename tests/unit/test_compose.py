@@ -391,3 +391,16 @@ def test_docker_compose_validates_the_file_with_the_example_env_filled(tmp_path:
     connect = rendered["spark-connect"]["environment"]
     assert connect["AWS_ACCESS_KEY_ID"] == "not-a-real-secret-S3_ACCESS_KEY"
     assert connect["CDC_WAREHOUSE"] == "s3://cdc/warehouse"
+
+
+def test_a_users_spark_plugins_run_beside_the_connect_plugin() -> None:
+    from cdc_airflow import connect_server
+
+    plugin = connect_server.PLUGIN_CLASS
+    extra = {"spark.plugins": "com.example.Metrics, com.example.Audit"}
+    settings = connect_server.server_conf(15002, extra)
+    assert settings["spark.plugins"] == f"{plugin},com.example.Metrics,com.example.Audit"
+    # Named again by the user: once, first.
+    again = connect_server.server_conf(15002, {"spark.plugins": f"com.example.Metrics,{plugin}"})
+    assert again["spark.plugins"] == f"{plugin},com.example.Metrics"
+    assert connect_server.server_conf(15002)["spark.plugins"] == plugin
