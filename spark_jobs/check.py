@@ -6,14 +6,18 @@ Checked, reading only key, sequence, arrival and partition columns (and the log'
 - no key is live in final while tombstones hold a later delete of it;
 - history's current rows are final's rows (tables with history: true);
 - every data file the current versions reference exists (every table of the table's folder);
-- staging holds no change later than what final and tombstones hold for its key (a change staged
-  but not applied, or lost by a run): the latest-change rule over staging, final and tombstones
-  gives final. Ranking is by (sequence_by, arrival), the order overwrite-final ranks by; after a
-  reset-staging, staging is final plus tombstones, which holds trivially.
+- staging holds no change of a file final has applied (`applied` marks it) later than what final
+  and tombstones hold for its key (a change lost by a run): the latest-change rule over those
+  changes, final and tombstones gives final. Ranking is by (sequence_by, arrival), the order
+  overwrite-final ranks by; after a reset-staging, staging is final plus tombstones, which holds
+  trivially. A change of a file not applied yet is not a breach: it waits for the next
+  overwrite-final (another run may have staged it a moment ago; `cdc status` shows what waits).
+  A warehouse without an `applied` table (older than it) has every staged change checked.
 
-Every table's snapshot is loaded first (staging before tombstones before final, the reverse of
-the order a run commits them, so a run landing in between cannot make a consistent table look
-broken); when a breach is found and a version moved meanwhile, the check is made again.
+Every table's snapshot is loaded first (the applied marks, appended after final's commit, then
+staging before tombstones before final, the order a run commits them, so a run landing in
+between cannot make a consistent table look broken); when a breach is found and a version moved
+meanwhile, the check is made again.
 """
 
 from __future__ import annotations
@@ -44,16 +48,36 @@ from spark_jobs.common import StepReport, add_check_arguments, one_line, write_s
 from spark_jobs.history import IS_CURRENT
 from spark_jobs.notices import show_warnings_on_stderr, warn
 from spark_jobs.storage import store_for
-from spark_jobs.transforms import ARRIVAL
+from spark_jobs.transforms import ARRIVAL, BATCH, FILE
 
 # The tables of a table's folder (names of TablePaths properties), loaded in the order a run
 # commits them: staging, then tombstones, then final, then history. A commit landing between
 # two loads then only makes a later table newer: a change staged earlier looks applied, a delete
-# newer in final than in tombstones breaks nothing checked. History newer than final can look
+# newer in final than in tombstones breaks nothing checked. The applied marks are the exception,
+# loaded before staging and final: a mark is appended after final's commit, so a file marked in
+# the loaded marks has its changes in the final loaded later. History newer than final can look
 # like a breach: a breach seen while a version moved is checked again (MAX_ROUNDS).
-TABLES = ("ledger", "quarantine", "staging", "history_log", "tombstones", "final", "history")
+TABLES = (
+    "ledger",
+    "quarantine",
+    "applied",
+    "staging",
+    "history_log",
+    "tombstones",
+    "final",
+    "history",
+)
 # The order versions are shown in (the check line, `_cdc_check.json`): the tables users read first.
-SHOWN = ("final", "staging", "tombstones", "history", "history_log", "quarantine", "ledger")
+SHOWN = (
+    "final",
+    "staging",
+    "tombstones",
+    "history",
+    "history_log",
+    "quarantine",
+    "ledger",
+    "applied",
+)
 MAX_ROUNDS = 3  # a breach seen while versions moved is checked again, this often in all
 
 
@@ -104,8 +128,8 @@ def _example(row: Any, columns: Sequence[str]) -> str:
 
 
 def _pending(applied: Column) -> Column:
-    """A key's staged change is later than final's and tombstones' (`applied`) and than the
-    latest truncate (`cut`): staged but not applied."""
+    """A key's change of an applied file is later than final's and tombstones' (`applied`) and
+    than the latest truncate (`cut`): marked applied but not in final."""
     after_cut = F.col("cut").isNull() | (F.col("s") > F.col("cut"))
     return F.col("s").isNotNull() & (applied.isNull() | (F.col("s") > applied)) & after_cut
 
@@ -120,6 +144,21 @@ def _truncate_cut(rows: DataFrame, first_key: str) -> DataFrame:
 def _order(prefix: str, columns: Sequence[str]) -> Column:
     """The rank order of a change, (sequence_by..., arrival...), as one comparable struct."""
     return F.struct(*[F.col(f"{prefix}{c}").alias(c) for c in columns])
+
+
+def _of_applied_files(
+    spark: SparkSession, staged: DataFrame, applied: delta.Snapshot | None
+) -> DataFrame | None:
+    """The staged rows of file versions final has applied (the `applied` marks, joined on the
+    arrival's batch and file); None when no file is marked. Without an applied table (a
+    warehouse older than it), every staged row."""
+    if applied is None:
+        return staged
+    if not applied.files:
+        return None
+    marks = delta.read_snapshot(spark, applied, columns=["batch", "file"])
+    marks = marks.select(F.col("batch").alias(BATCH), F.col("file").alias(FILE)).distinct()
+    return staged.join(F.broadcast(marks), on=[BATCH, FILE], how="left_semi")
 
 
 def _missing_files(name: str, snapshot: delta.Snapshot) -> str | None:
@@ -149,6 +188,35 @@ def _tally(
     return int(summary["__counted"] or 0), found, {n: summary[f"{n}__e"] for n in rules}
 
 
+def _ranked_rows(
+    spark: SparkSession,
+    table: TableConfig,
+    keys: Sequence[str],
+    name: str,
+    snapshots: dict[str, delta.Snapshot],
+) -> DataFrame | None:
+    """One table's rows as the per-key pass reads them: keys, rank order `o`, `source` and
+    final's partition `p`; staging's only of applied files. None when it holds none."""
+    snapshot = snapshots.get(name)
+    if snapshot is None or not snapshot.files:
+        return None
+    order = [*table.sequence_by, *ARRIVAL]
+    column = table.partition_column
+    partitioned = name == "final" and column is not None
+    wanted = list(dict.fromkeys([*keys, *order, *([str(column)] if partitioned else [])]))
+    read = delta.read_snapshot(spark, snapshot, columns=wanted)
+    rows = _of_applied_files(spark, read, snapshots.get("applied")) if name == "staging" else read
+    if rows is None:
+        return None
+    partition = F.col(str(column)).cast("string") if partitioned else F.lit(None)
+    return rows.select(
+        *keys,
+        _order("", order).alias("o"),
+        F.lit(name).alias("source"),
+        partition.cast("string").alias("p"),
+    )
+
+
 def _key_breaches(
     spark: SparkSession,
     table: TableConfig,
@@ -156,33 +224,20 @@ def _key_breaches(
 ) -> tuple[list[str], int]:
     """Final, tombstones and staging checked per key in one pass (one scan of each table's key,
     sequence and arrival columns, one shuffle): every key once in final and in one partition,
-    no live key with a later delete, no staged change later than final and tombstones. Returns
+    no live key with a later delete, no staged change of an applied file later than final and
+    tombstones. Returns
     the breaches and the number of keys in final.
 
     Insert-only tables: every event (key and sequence) once in final and in one partition;
     their tombstones and staging are not ranked (see check_loaded).
     """
     keys = [*table.keys, *table.sequence_by] if table.insert_only else list(table.keys)
-    order = [*table.sequence_by, *ARRIVAL]
-    column = table.partition_column
     sources = ("final",) if table.insert_only else ("final", "tombstones", "staging")
-    parts = []
-    for name in sources:
-        snapshot = snapshots.get(name)
-        if snapshot is None or not snapshot.files:
-            continue
-        partitioned = name == "final" and column is not None
-        wanted = list(dict.fromkeys([*keys, *order, *([str(column)] if partitioned else [])]))
-        rows = delta.read_snapshot(spark, snapshot, columns=wanted)
-        partition = F.col(str(column)).cast("string") if partitioned else F.lit(None)
-        parts.append(
-            rows.select(
-                *keys,
-                _order("", order).alias("o"),
-                F.lit(name).alias("source"),
-                partition.cast("string").alias("p"),
-            )
-        )
+    parts = [
+        part
+        for name in sources
+        if (part := _ranked_rows(spark, table, keys, name, snapshots)) is not None
+    ]
     if not parts:
         return [], 0
     rows = reduce(DataFrame.unionByName, parts)
@@ -206,7 +261,10 @@ def _key_breaches(
     key = F.struct(*[F.col(k) for k in keys])
     keys_in_final, found, examples = _tally(per_key, F.col("n") > 0, rules, key)
     example = {name: _example(examples[name], keys) for name in rules if found[name]}
-    version = {n: snapshots[n].version if n in snapshots else -1 for n in ("final", "tombstones")}
+    version = {
+        n: snapshots[n].version if n in snapshots else -1
+        for n in ("final", "tombstones", "applied")
+    }
     what = "event" if table.insert_only else "key"
     breaches = []
     if found["repeated"]:
@@ -227,9 +285,9 @@ def _key_breaches(
         )
     if found.get("pending"):
         breaches.append(
-            "staging has changes later than final and tombstones (not applied): "
+            "staging has changes of applied files later than final and tombstones (lost): "
             f"{_count(found['pending'], 'key')}, e.g. {example['pending']} (staging version "
-            f"{snapshots['staging'].version}); run overwrite-final for their interval"
+            f"{snapshots['staging'].version}, applied version {version['applied']})"
         )
     return breaches, keys_in_final
 
@@ -255,7 +313,7 @@ def check_loaded(
     found, counts.keys = _key_breaches(spark, table, snapshots)
     breaches += found
     if table.insert_only:
-        _check_staged_events(spark, table, staging, final_rows, breaches)
+        _check_staged_events(spark, table, staging, snapshots.get("applied"), final_rows, breaches)
         return breaches, counts
     tombstones = snapshots.get("tombstones")
     if tombstones is not None:
@@ -270,14 +328,19 @@ def _check_staged_events(
     spark: SparkSession,
     table: TableConfig,
     staging: delta.Snapshot | None,
+    applied: delta.Snapshot | None,
     final_rows: DataFrame | None,
     breaches: list[str],
 ) -> None:
-    """Insert-only: every staged event (key, sequence) is in final."""
+    """Insert-only: every staged event (key, sequence) of an applied file is in final."""
     keys = list(table.keys)
     if staging is not None and staging.files:
         identity = [*keys, *table.sequence_by]
-        staged = delta.read_snapshot(spark, staging, columns=identity)
+        read = delta.read_snapshot(spark, staging, columns=[*identity, BATCH, FILE])
+        marked = _of_applied_files(spark, read, applied)
+        if marked is None:
+            return
+        staged = marked.select(*identity)
         held = final_rows.select(*identity) if final_rows is not None else staged.limit(0)
         pending = (
             staged.join(held, on=identity, how="left_anti")
@@ -286,8 +349,9 @@ def _check_staged_events(
         )
         if pending["n"]:
             breaches.append(
-                f"staging has events not in final: {_count(pending['n'], 'event')}, e.g. "
-                f"{_example(pending['e'], identity)} (staging version {staging.version})"
+                "staging has events of applied files not in final (lost): "
+                f"{_count(pending['n'], 'event')}, e.g. {_example(pending['e'], identity)} "
+                f"(staging version {staging.version})"
             )
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import shutil
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -210,21 +211,53 @@ def test_a_missing_data_file(
     )
 
 
-def test_a_staged_change_not_applied(spark: Any, workspace: Workspace, table: TableConfig) -> None:
+def unapplied_idents(ws: Workspace, name: str) -> set[tuple[str, str]]:
+    """(batch, file) of the staged file versions the applied table does not mark."""
+    paths = ws.paths(name)
+    staged = DeltaTable(str(paths.staging)).to_pyarrow_table(columns=list(ARRIVAL[:2]))
+    marked = DeltaTable(str(paths.applied)).to_pyarrow_table(columns=["batch", "file"])
+    return {(r["_cdc_batch"], r["_cdc_file"]) for r in staged.to_pylist()} - {
+        (r["batch"], r["file"]) for r in marked.to_pylist()
+    }
+
+
+def mark_applied(ws: Workspace, name: str, ident: tuple[str, str]) -> None:
+    """Mark a file version applied without applying it (what a run losing a change would do)."""
+    paths = ws.paths(name)
+    mark = {"batch": ident[0], "file": ident[1], "rows": 1, "landed_mtime_ns": 0}
+    mark |= {"applied_at": datetime.now(UTC), "run_id": "lost", "final_version": 0}
+    append(paths.applied, [mark])
+
+
+def test_a_change_waiting_for_overwrite_final_is_not_a_breach_a_lost_one_is(
+    spark: Any, workspace: Workspace, table: TableConfig
+) -> None:
     workspace.land(
         "t",
         "2024-01-01T02",
         "c.csv",
         [{"FLAG": "U", "ID": 4, "P": 1, "VALUE": "new", "TS": "2024-01-01 02:00:01"}],
     )
+    # Staged, not applied yet: what a check sees between a run's stage and its overwrite-final,
+    # or another run's, in an overlapping backfill. The next overwrite-final applies it.
     run_stage(context(spark, workspace, table), interval("2024-01-01T02", "2024-01-01T03"))
-    staging = workspace.paths("t").staging
+    line, code = check(spark, workspace, table)
+    assert (line.startswith("check t: ok keys=3 tombstones=1 versions="), code) == (True, 0), line
+    # The file marked applied while final lacks its change: lost.
+    (waiting,) = unapplied_idents(workspace, "t")
+    mark_applied(workspace, "t", waiting)
+    paths = workspace.paths("t")
     assert check(spark, workspace, table) == (
-        "check t: BREACH staging has changes later than final and tombstones (not applied): "
-        f"1 key, e.g. ID=4 (staging version {version(staging)}); run overwrite-final for their "
-        "interval",
+        "check t: BREACH staging has changes of applied files later than final and tombstones "
+        f"(lost): 1 key, e.g. ID=4 (staging version {version(paths.staging)}, applied version "
+        f"{version(paths.applied)})",
         1,
     )
+    # The run that applies it repairs the table.
+    shutil.rmtree(paths.applied)
+    run(spark, workspace, table, "2024-01-01T02", "2024-01-01T03")
+    assert table_rows(paths.final, ["ID", "VALUE"]) == [(1, "v1"), (2, "moved"), (4, "new")]
+    assert check(spark, workspace, table)[1] == 0
 
 
 def test_an_unknown_table_is_a_bad_config(workspace: Workspace, table: TableConfig) -> None:
@@ -324,4 +357,16 @@ def test_an_insert_only_table_counts_events_and_names_a_repeated_or_moved_one(
         f"(version {version(final)}); keys in two partitions of final: 1 key, e.g. ID=2,SEQ=1 "
         f"(version {version(final)})",
         1,
+    )
+    # An event staged and not applied yet is no breach; once its file is marked applied, it is.
+    workspace.land("e", "2024-01-01T01", "b.csv", [{"FLAG": "I", "ID": 3, "SEQ": 1, "P": 1}])
+    run_stage(context(spark, workspace, table), interval("2024-01-01T01", "2024-01-01T02"))
+    breached = check(spark, workspace, table)
+    assert breached[0].count("BREACH") == 1 and "staging" not in breached[0]
+    (waiting,) = unapplied_idents(workspace, "e")
+    mark_applied(workspace, "e", waiting)
+    staging = workspace.paths("e").staging
+    assert check(spark, workspace, table)[0] == (
+        f"{breached[0]}; staging has events of applied files not in final (lost): 1 event, "
+        f"e.g. ID=3,SEQ=1 (staging version {version(staging)})"
     )
