@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 import json
+import subprocess
 import time
 import urllib.error
 import urllib.request
-from typing import Any
+from collections import Counter
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, cast
 
 from cdc_airflow.connect_server import free_port
 from cdc_airflow.local import BIN, LocalAirflow
@@ -71,3 +75,65 @@ class AirflowEnv(LocalAirflow):
             if error.code != 409:  # 409: the run exists, created by an attempt that timed out
                 raise
             return self.api("GET", f"/dags/{dag_id}/dagRuns/{run_id}")
+
+    def diagnose(self, dag_ids: Sequence[str]) -> str:
+        """What a stalled test needs to say: whether each Airflow process lives, the unfinished
+        runs' task states (state, try, start), the scheduler's last errors and what the Connect
+        server's query threads are doing (the full thread dump goes to the log directory)."""
+        lines = [
+            f"{cast(list[str], process.args)[1]} (pid {process.pid}): "
+            + ("running" if process.poll() is None else f"exited {process.returncode}")
+            for process in self.processes
+        ]
+        for dag_id in dag_ids:
+            for run in self.api("GET", f"/dags/{dag_id}/dagRuns?limit=50")["dag_runs"]:
+                if run["state"] == "success":
+                    continue
+                path = f"/dags/{dag_id}/dagRuns/{run['dag_run_id']}/taskInstances"
+                tasks = self.api("GET", path)["task_instances"]
+                states = ", ".join(
+                    f"{t['task_id']}={t['state']}#{t['try_number']}@{(t.get('start_date') or '-')[11:19]}"
+                    for t in tasks
+                )
+                lines.append(f"{dag_id} {run['dag_run_id']} {run['state']}: {states}")
+        logs = self.log_dir or self.home / "logs"
+        scheduler = logs / "scheduler.log"
+        if scheduler.exists():
+            errors = [
+                line
+                for line in scheduler.read_text(errors="replace").splitlines()
+                if "ERROR" in line or "Traceback" in line or "Error:" in line
+            ]
+            lines += ["scheduler errors (last 10):", *errors[-10:]]
+        if self.connect_server is not None:
+            lines.append(self.server_threads(logs / "spark-connect-threads.txt"))
+        return "\n".join(lines)
+
+    def server_threads(self, dump_path: Path) -> str:
+        """The Connect server JVM's thread dump written to `dump_path`; returned: the count of
+        threads per state and the top frames of its query threads and blocked threads."""
+        assert self.connect_server is not None
+        try:
+            dump = subprocess.run(
+                ["jcmd", str(self.connect_server.pid), "Thread.print"],
+                capture_output=True,
+                text=True,
+                timeout=60,
+            ).stdout
+        except (OSError, subprocess.TimeoutExpired) as error:
+            return f"connect server threads: jcmd failed: {error}"
+        dump_path.write_text(dump)
+        threads = dump.split("\n\n")
+        states = Counter(
+            line.split("java.lang.Thread.State: ")[1].split()[0]
+            for line in dump.splitlines()
+            if "java.lang.Thread.State: " in line
+        )
+        shown = [
+            "\n".join(thread.strip().splitlines()[:6])
+            for thread in threads
+            if "SparkConnectExecuteThread" in thread or "State: BLOCKED" in thread
+        ]
+        return f"connect server threads {dict(states)} (dump: {dump_path}):\n" + "\n".join(
+            shown[:8]
+        )
