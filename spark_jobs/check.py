@@ -12,7 +12,6 @@ Checked, reading only key, sequence, arrival and partition columns (and the log'
   overwrite-final ranks by; after a reset-staging, staging is final plus tombstones, which holds
   trivially. A change of a file not applied yet is not a breach: it waits for the next
   overwrite-final (another run may have staged it a moment ago; `cdc status` shows what waits).
-  A warehouse without an `applied` table (older than it) has every staged change checked.
 
 Every table's snapshot is loaded first (the applied marks, appended after final's commit, then
 staging before tombstones before final, the order a run commits them, so a run landing in
@@ -150,11 +149,9 @@ def _of_applied_files(
     spark: SparkSession, staged: DataFrame, applied: delta.Snapshot | None
 ) -> DataFrame | None:
     """The staged rows of file versions final has applied (the `applied` marks, joined on the
-    arrival's batch and file); None when no file is marked. Without an applied table (a
-    warehouse older than it), every staged row."""
-    if applied is None:
-        return staged
-    if not applied.files:
+    arrival's batch and file); None when no file is marked (no applied table: nothing applied
+    yet, as overwrite-final reads it too)."""
+    if applied is None or not applied.files:
         return None
     marks = delta.read_snapshot(spark, applied, columns=["batch", "file"])
     marks = marks.select(F.col("batch").alias(BATCH), F.col("file").alias(FILE)).distinct()
@@ -225,8 +222,7 @@ def _key_breaches(
     """Final, tombstones and staging checked per key in one pass (one scan of each table's key,
     sequence and arrival columns, one shuffle): every key once in final and in one partition,
     no live key with a later delete, no staged change of an applied file later than final and
-    tombstones. Returns
-    the breaches and the number of keys in final.
+    tombstones. Returns the breaches and the number of keys in final.
 
     Insert-only tables: every event (key and sequence) once in final and in one partition;
     their tombstones and staging are not ranked (see check_loaded).

@@ -260,6 +260,17 @@ def test_a_change_waiting_for_overwrite_final_is_not_a_breach_a_lost_one_is(
     assert check(spark, workspace, table)[1] == 0
 
 
+def test_a_table_staged_and_never_applied_is_ok(spark: Any, workspace: Workspace) -> None:
+    # No overwrite-final yet, so no applied marks: every staged change waits (an overlapping
+    # backfill's first runs), none is lost.
+    table = workspace.configure(ROW)["t"]
+    land_story(workspace)
+    run_stage(context(spark, workspace, table), interval("2024-01-01T00", "2024-01-01T02"))
+    assert not workspace.paths("t").applied.exists()
+    line, code = check(spark, workspace, table)
+    assert (line.startswith("check t: ok keys=0 versions=staging@"), code) == (True, 0), line
+
+
 def test_an_unknown_table_is_a_bad_config(workspace: Workspace, table: TableConfig) -> None:
     assert main(["nope", "--config", str(workspace.config_path)]) == 2
 
