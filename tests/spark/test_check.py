@@ -253,7 +253,8 @@ def test_a_change_waiting_for_overwrite_final_is_not_a_breach_a_lost_one_is(
         f"{version(paths.applied)})",
         1,
     )
-    # The run that applies it repairs the table.
+    # Without the wrong marks (the applied table removed) the next run applies every staged
+    # file again, which changes nothing already applied, and repairs the table.
     shutil.rmtree(paths.applied)
     run(spark, workspace, table, "2024-01-01T02", "2024-01-01T03")
     assert table_rows(paths.final, ["ID", "VALUE"]) == [(1, "v1"), (2, "moved"), (4, "new")]
