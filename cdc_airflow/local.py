@@ -280,12 +280,18 @@ class LocalAirflow:
         )
         self.processes.append(process)
 
-    def start_services(self, wait: bool = True) -> None:
+    def start_services(self, wait: bool = True, scheduler: bool = True) -> None:
         """The Spark Connect server (Connect mode), api-server (tasks report to its execution
-        API), scheduler and dag-processor; with `wait`, return once Spark and the API answer."""
+        API), scheduler and dag-processor; with `wait`, return once Spark and the API answer.
+
+        Without `scheduler`, the caller starts it (`start("scheduler")`) once it has queued its
+        runs: on SQLite, a backfill created through the API while the scheduler writes can fail
+        ("Backfill creation is not supported on SQLite under concurrent access", Airflow's 503)
+        or wait out the lock timeout with every other writer behind it."""
         self.start_spark(wait=False)
         self.start("api-server")
-        self.start("scheduler")
+        if scheduler:
+            self.start("scheduler")
         self.start("dag-processor")
         if wait:
             self.wait_for_spark()

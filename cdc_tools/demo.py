@@ -6,13 +6,14 @@ import json
 import shutil
 import tempfile
 import time
+import urllib.error
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from cdc_pipeline.config import ConfigLoadResult, TableConfig, project_root
 from cdc_pipeline.errors import ConfigError
-from cdc_pipeline.intervals import HourBatch, Interval, format_timestamp
+from cdc_pipeline.intervals import HourBatch, Interval, format_timestamp, parse_timestamp
 from cdc_pipeline.paths import TablePaths, local_folder
 from cdc_tools.generator import ChangeSpec, generate_events, generate_orders
 from spark_jobs import delta
@@ -139,7 +140,10 @@ def queue_backfill(
     local: LocalAirflow, dag_id: str, first: datetime, last: datetime, max_active_runs: int = 2
 ) -> dict[str, Any]:
     """Unpause a DAG and queue a backfill of its runs from `first` to `last` through the REST
-    API (no Airflow CLI process per call); the backfill as the API returns it."""
+    API (no Airflow CLI process per call); the backfill as the API returns it.
+
+    A POST retried after its answer was lost (a timeout, a server error after the commit) finds
+    the backfill it created running (409): that one, from `first` to `last`, is returned."""
     local.rest("PATCH", f"/dags/{dag_id}?update_mask=is_paused", {"is_paused": False})
     body = {
         "dag_id": dag_id,
@@ -147,7 +151,17 @@ def queue_backfill(
         "to_date": last.isoformat(),
         "max_active_runs": max_active_runs,
     }
-    return dict(local.rest("POST", "/backfills", body))
+    try:
+        return dict(local.rest("POST", "/backfills", body))
+    except urllib.error.HTTPError as error:
+        if error.code != 409:
+            raise
+        running = local.rest("GET", f"/backfills?dag_id={dag_id}")["backfills"]
+        for backfill in running:
+            dates = (parse_timestamp(backfill["from_date"]), parse_timestamp(backfill["to_date"]))
+            if backfill["completed_at"] is None and dates == (first, last):
+                return dict(backfill)
+        raise
 
 
 def runs_summary(runs: list[RunRow], dag_id: str) -> str:
@@ -179,9 +193,9 @@ def run_airflow_demo(
             local.spark_connection = spark_connection_from_environment()
         try:
             local.start_spark(wait=False)
-            say(f"starting Airflow (scheduler, dag-processor, api-server on {local.url})")
+            say(f"starting Airflow (dag-processor, api-server on {local.url})")
             local.migrate()
-            local.start_services(wait=False)
+            local.start_services(wait=False, scheduler=False)  # the scheduler once runs are queued
             # One Spark for the whole demo: the Connect server generates the data and then
             # serves every task; this process holds no JVM of its own.
             local.wait_for_spark()
@@ -197,7 +211,8 @@ def run_airflow_demo(
             local.wait_for_dags(dag_ids)
             for dag_id in dag_ids:
                 queue_backfill(local, dag_id, start, start + timedelta(hours=hours - 1))
-            say(f"backfills queued: {len(dag_ids)} DAGs x {hours} hourly runs; progress every 10 s")
+            local.start("scheduler")
+            say(f"backfills queued: {len(dag_ids)} DAGs x {hours} hourly runs; scheduler started")
             runs = wait_for_dag_runs(
                 MetadataDB(local.home / "airflow.db"),
                 dag_ids,

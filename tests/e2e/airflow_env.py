@@ -76,6 +76,24 @@ class AirflowEnv(LocalAirflow):
                 raise
             return self.api("GET", f"/dags/{dag_id}/dagRuns/{run_id}")
 
+    def finished_state(
+        self, dag_id: str, run: dict[str, Any], timeout: float, dags: Sequence[str] = ()
+    ) -> str:
+        """The run's state once it is success or failed; a run still going after `timeout`
+        seconds fails the test with what the scheduler, the tasks and the Spark server of the
+        runs of `dags` (default: the run's DAG) were doing."""
+        deadline = time.monotonic() + timeout
+        state = str(run["state"])
+        while state not in ("success", "failed"):
+            if time.monotonic() > deadline:
+                raise AssertionError(
+                    f"{dag_id} {run['dag_run_id']} still {state} after {timeout:.0f} s\n"
+                    + self.diagnose(dags or [dag_id])
+                )
+            time.sleep(5)
+            state = self.api("GET", f"/dags/{dag_id}/dagRuns/{run['dag_run_id']}")["state"]
+        return state
+
     def diagnose(self, dag_ids: Sequence[str]) -> str:
         """What a stalled test needs to say: whether each Airflow process lives, the unfinished
         runs' task states (state, try, start), the scheduler's last errors and what the Connect

@@ -272,12 +272,7 @@ def test_a_rest_run_without_logical_date_takes_the_latest_interval_feeds_the_ass
     env.api("PATCH", "/dags/ops_probe", {"is_paused": False})
     env.api("PATCH", "/dags/cdc_o_rest", {"is_paused": False})
     assert run["logical_date"] is None and run["data_interval_start"] is None
-    deadline = time.monotonic() + 1800
-    state = run["state"]
-    while state not in ("success", "failed") and time.monotonic() < deadline:
-        time.sleep(5)
-        state = env.api("GET", f"/dags/cdc_o_rest/dagRuns/{run['dag_run_id']}")["state"]
-    assert state == "success"
+    assert env.finished_state("cdc_o_rest", run, 1200, ["cdc_o_rest", "ops_probe"]) == "success"
     assert table_rows(ws.paths("o_rest").final, ["ID", "VALUE"]) == [(1, 10), (2, 20)]
 
     # The asset event carried the run's interval and counts to the downstream DAG. (Unpausing

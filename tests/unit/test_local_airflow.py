@@ -146,6 +146,12 @@ def test_start_services_runs_the_api_server_with_its_host(
         ["dag-processor"],
     ]
     local.processes.clear()
+    # Without the scheduler (a caller queueing runs first starts it itself).
+    started.clear()
+    local.start_services(scheduler=False)
+    local.start("scheduler")
+    assert [c[1] for c in started] == ["api-server", "dag-processor", "scheduler"]
+    local.processes.clear()
 
 
 def test_print_pools_is_what_the_compose_init_service_imports(tmp_path: Path) -> None:
