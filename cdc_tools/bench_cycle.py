@@ -72,7 +72,7 @@ class CycleSpec:
     tables: int = 65
     changes: int = 300
     modes: tuple[Mode, ...] = ("connect", "spark-submit")
-    parallelism: int | None = None  # Airflow core parallelism; None: LocalAirflow's
+    parallelism: int | None = None  # task processes at once; None: LocalAirflow's
     every: int = 60  # the tables' schedule in minutes: 60 (@hourly) or 15 (*/15 * * * *)
     output: Path = Path("bench-results/cycle")
     seed: int = 42
@@ -497,20 +497,21 @@ def cycle_figures(
 
 @dataclass
 class BenchAirflow(LocalAirflow):
-    """LocalAirflow with the bench's core parallelism and a REST client for (un)pausing."""
+    """LocalAirflow with the bench's task processes and a REST client for (un)pausing."""
 
     parallelism: int | None = None
 
     def environment(self) -> dict[str, str]:
         env = super().environment()
-        if self.parallelism is not None:
-            env["AIRFLOW__CORE__PARALLELISM"] = str(self.parallelism)
+        if self.parallelism is not None:  # task processes, each with a task queued behind it
+            env["AIRFLOW__CDC__TASK_PROCESSES"] = str(self.parallelism)
+            env["AIRFLOW__CORE__PARALLELISM"] = str(2 * self.parallelism)
         return env
 
     @property
     def launcher_parallelism(self) -> int:
-        """The core parallelism the services run with."""
-        return int(self.environment()["AIRFLOW__CORE__PARALLELISM"])
+        """The task processes the services run at once."""
+        return int(self.environment()["AIRFLOW__CDC__TASK_PROCESSES"])
 
     def set_paused(self, paused: bool, prefix: str, count: int) -> int:
         """Pause or unpause every DAG whose id starts with `prefix` (bulk PATCH, 100 a page);

@@ -134,7 +134,10 @@ def _add_bench_cycle_command(commands: Any) -> None:
         "--mode", choices=["connect", "spark-submit", "both"], default="both", help="(both)"
     )
     cycle.add_argument(
-        "--parallelism", type=int, default=None, help="Airflow core parallelism (the launcher's)"
+        "--parallelism",
+        type=int,
+        default=None,
+        help="task processes at once, each with a task queued behind it (the launcher's: 2)",
     )
     cycle.add_argument(
         "--every",

@@ -8,6 +8,7 @@ import os
 import stat
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -179,3 +180,67 @@ def test_the_local_deployment_runs_the_preloading_executor_and_every_preload_imp
     assert "spark_jobs.stage" in PRELOADED and "pyspark.sql.connect.session" in PRELOADED
     assert preload() == []
     assert preload(("cdc_airflow.no_such_module",)) == ["cdc_airflow.no_such_module"]
+
+
+def test_the_executor_runs_its_task_processes_and_queues_the_other_tasks_behind_them(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from airflow.executors.local_executor import LocalExecutor
+
+    from cdc_airflow.executor import PreloadingLocalExecutor
+
+    env = LocalAirflow(tmp_path / "home", tmp_path / "t.yaml", tmp_path, tmp_path).environment()
+    # The scheduler hands over 4 tasks; 2 run, 2 wait for a free process.
+    assert (env["AIRFLOW__CORE__PARALLELISM"], env["AIRFLOW__CDC__TASK_PROCESSES"]) == ("4", "2")
+
+    class Worker:
+        def is_alive(self) -> bool:
+            return True
+
+    def spawn(self: LocalExecutor) -> None:  # instead of forking a worker process
+        self.workers[len(self.workers) + 1] = Worker()  # type: ignore[assignment]
+
+    monkeypatch.setattr(LocalExecutor, "_spawn_worker", spawn)
+    monkeypatch.setenv("AIRFLOW__CDC__TASK_PROCESSES", "2")
+    executor = PreloadingLocalExecutor(parallelism=4)
+    executor.workers = {}
+    executor._spawn_workers_with_gc_freeze(4)  # what start() asks for: parallelism
+    executor._spawn_worker()  # what _check_workers asks for with tasks waiting
+    assert (len(executor.workers), executor.slots_available) == (2, 4)
+    # Without the setting it is the LocalExecutor: a process per task handed over.
+    monkeypatch.delenv("AIRFLOW__CDC__TASK_PROCESSES")
+    plain = PreloadingLocalExecutor(parallelism=3)
+    plain.workers = {}
+    plain._spawn_workers_with_gc_freeze(3)
+    assert len(plain.workers) == 3
+
+
+def test_the_supervisor_sees_its_task_process_exit_when_it_happens_not_at_its_next_heartbeat() -> (
+    None
+):
+    import selectors
+
+    import psutil
+    from airflow.sdk.execution_time.supervisor import PsutilTracker, WatchedSubprocess
+
+    from cdc_airflow.executor import notice_exit_at_once
+
+    class Supervised:
+        """What the supervisor's wait uses of itself: a task process whose pipes have all closed
+        (an empty selector), still running for 0.2 s."""
+
+        _check_subprocess_exit = WatchedSubprocess._check_subprocess_exit
+
+        def __init__(self) -> None:
+            child = psutil.Popen([sys.executable, "-c", "import time; time.sleep(0.2)"])
+            self._process = PsutilTracker(child)
+            self._exit_code: int | None = None
+            self._process_exit_monotonic: float | None = None
+            self.selector = selectors.DefaultSelector()
+
+    assert notice_exit_at_once() and notice_exit_at_once()  # patched once, then seen patched
+    supervised = Supervised()
+    started = time.monotonic()
+    # The wait until the supervisor's next heartbeat, as long as it may be: 30 s.
+    assert WatchedSubprocess._service_subprocess(supervised, max_wait_time=30.0) == 0
+    assert time.monotonic() - started < 15  # the process's 0.2 s and its start, not 30 s
