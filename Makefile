@@ -6,6 +6,7 @@ JARS_STAMP := jars/.fetched
 DEBEZIUM_STAMP := .tools/debezium-server/.fetched
 MOTO_STAMP := .tools/moto/.installed
 DEPLOY_STAMP := .tools/deploy/.installed
+TEST_CATALOG_STAMP := .tools/spark-test-catalog/.fetched
 
 .PHONY: install demo test lint typecheck clean system airflow bench bench-smoke bench-cycle
 
@@ -55,6 +56,13 @@ $(DEBEZIUM_STAMP): docker/debezium-pom.xml | system
 	  -DoutputDirectory=$(CURDIR)/.tools
 	@touch $(DEBEZIUM_STAMP)
 
+# Spark's in-memory row-level test table for the AUTO CDC benchmark (docker/spark-test-catalog-pom.xml).
+$(TEST_CATALOG_STAMP): docker/spark-test-catalog-pom.xml | system
+	rm -rf .tools/spark-test-catalog && mkdir -p .tools/spark-test-catalog
+	mvn -q -B -f docker/spark-test-catalog-pom.xml dependency:copy-dependencies \
+	  -DoutputDirectory=$(CURDIR)/.tools/spark-test-catalog
+	@touch $(TEST_CATALOG_STAMP)
+
 # moto's standalone S3 server for the object-storage tests, in a venv of its own.
 $(MOTO_STAMP): docker/moto-requirements.txt
 	rm -rf .tools/moto && $(PY) -m venv .tools/moto
@@ -82,7 +90,7 @@ lint: install
 typecheck: install
 	$(BIN)/mypy
 
-test: install lint typecheck $(DEBEZIUM_STAMP) $(MOTO_STAMP) $(DEPLOY_STAMP)
+test: install lint typecheck $(DEBEZIUM_STAMP) $(MOTO_STAMP) $(DEPLOY_STAMP) $(TEST_CATALOG_STAMP)
 	$(BIN)/python -m pytest tests
 	$(MAKE) bench-smoke
 

@@ -500,40 +500,11 @@ SDP_TARGET = "cdc_bench_auto_cdc_target"
 
 def _run_auto_cdc_pipeline(spark: SparkSession, source: str, storage: str) -> float:
     """One run of a pipeline with one AUTO CDC flow from the Delta table at `source` into
-    SDP_TARGET (seconds taken)."""
-    from pyspark import pipelines as dp
-    from pyspark.pipelines.add_pipeline_analysis_context import add_pipeline_analysis_context
-    from pyspark.pipelines.graph_element_registry import graph_element_registration_context
-    from pyspark.pipelines.spark_connect_graph_element_registry import (
-        SparkConnectGraphElementRegistry,
-    )
-    from pyspark.pipelines.spark_connect_pipeline import create_dataflow_graph, start_run
+    SDP_TARGET, a Delta table (seconds taken)."""
+    from cdc_tools.auto_cdc_cycle import Flow, run_flows
 
-    graph = create_dataflow_graph(spark, "spark_catalog", "default", {})
-    registry = SparkConnectGraphElementRegistry(spark, graph)
-    with (
-        graph_element_registration_context(registry),
-        add_pipeline_analysis_context(spark=spark, dataflow_graph_id=graph, flow_name=None),
-    ):
-
-        @dp.temporary_view(name="cdc_bench_auto_cdc_changes")
-        def _changes() -> DataFrame:
-            return spark.readStream.format("delta").load(source)
-
-        dp.create_streaming_table(SDP_TARGET, format="delta")
-        dp.create_auto_cdc_flow(
-            target=SDP_TARGET,
-            source="cdc_bench_auto_cdc_changes",
-            keys=["ID"],
-            sequence_by="TS",
-            apply_as_deletes="FLAG = 'D'",
-            except_column_list=["FLAG"],
-            stored_as_scd_type=1,
-        )
-    started = time.perf_counter()
-    for _ in start_run(spark, graph, None, False, None, False, storage=storage):
-        pass
-    return round(time.perf_counter() - started, 2)
+    flow = Flow(SDP_TARGET, source, ("ID",), "TS", format="delta")
+    return run_flows(spark, "spark_catalog", "default", [flow], storage)
 
 
 def auto_cdc_peer(spark: SparkSession, work: Path) -> dict[str, Any]:

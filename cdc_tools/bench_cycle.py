@@ -79,6 +79,7 @@ class CycleSpec:
     timeout: float = 3600.0
     progress_every: float = 10.0
     warm: bool = True  # connect mode: warm the server on copies of the tables first
+    auto_cdc: bool = False  # then the same change sets through AUTO CDC (cli: auto_cdc_cycle)
 
     @classmethod
     def smoke(cls, output: Path, modes: tuple[Mode, ...]) -> CycleSpec:
@@ -233,7 +234,7 @@ def expected_rows(table: BenchTable) -> list[tuple[Any, ...]]:
     if table.kind == "insert_only":
         events = {(r["ID"], r["SEQ"]): r for r in table.rows}
         return sorted(
-            (r["ID"], r["NAME"], r["QTY"], _naive(r["TS"]), r["SEQ"], r["TS"].date())
+            (r["ID"], r["NAME"], r["QTY"], naive_utc(r["TS"]), r["SEQ"], r["TS"].date())
             for r in events.values()
         )
     latest: dict[int, dict[str, Any]] = {}
@@ -251,7 +252,7 @@ def expected_rows(table: BenchTable) -> list[tuple[Any, ...]]:
     return sorted(result)
 
 
-def _naive(value: Any) -> Any:
+def naive_utc(value: Any) -> Any:
     """Timestamps as naive UTC, so files, Delta and expectations compare equal."""
     if isinstance(value, datetime) and value.tzinfo is not None:
         return value.astimezone(UTC).replace(tzinfo=None)
@@ -294,7 +295,7 @@ def final_rows(table: BenchTable, warehouse: Path) -> list[tuple[Any, ...]]:
     data = DeltaTable(str(warehouse / table.name / "final")).to_pyarrow_table(
         columns=table.final_columns
     )
-    return sorted(tuple(_naive(row[c]) for c in table.final_columns) for row in data.to_pylist())
+    return sorted(tuple(naive_utc(row[c]) for c in table.final_columns) for row in data.to_pylist())
 
 
 def check_table(table: BenchTable, warehouse: Path) -> str | None:

@@ -159,6 +159,13 @@ def _add_bench_cycle_command(commands: Any) -> None:
         help="connect mode: measure on a fresh server (default: a warm one, after one warm-up "
         "pass of every table on copies of its folders, as a server that ran earlier cycles)",
     )
+    cycle.add_argument(
+        "--auto-cdc",
+        action="store_true",
+        help="then apply the same change sets with Spark's AUTO CDC, one pipeline with a flow "
+        "per table, on a server of its own (targets: Spark's in-memory test table; "
+        "python -m cdc_tools.auto_cdc_cycle)",
+    )
 
 
 def validate(config: Path | None) -> int:
@@ -332,6 +339,7 @@ def run_bench_cycle_command(namespace: argparse.Namespace) -> int:
             ("parallelism", namespace.parallelism),
             ("every", namespace.every),
             ("warm", False if namespace.cold else None),
+            ("auto_cdc", True if namespace.auto_cdc else None),
         )
         if value is not None
     }
@@ -343,6 +351,10 @@ def run_bench_cycle_command(namespace: argparse.Namespace) -> int:
         return 2
     try:
         document = run_bench_cycle(spec)
+        if spec.auto_cdc:
+            from cdc_tools.auto_cdc_cycle import beside_cycle
+
+            document = beside_cycle(spec, document)
     except Exception as error:
         from spark_jobs.common import one_line
 
