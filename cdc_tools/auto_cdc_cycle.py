@@ -86,7 +86,7 @@ def server_conf() -> dict[str, str]:
 
 def columns_of(table: BenchTable) -> list[str]:
     """The target's columns the check compares, in expected_rows' order."""
-    return list(EVENT_COLUMNS if table.kind == "insert_only" else UPSERT_COLUMNS)
+    return list(_typed(table))
 
 
 def source_schema(table: BenchTable) -> str:
@@ -214,7 +214,7 @@ def check_targets(spark: Any, applied: Sequence[BenchTable], prefix: str) -> int
 def drop_targets(spark: Any, count: int, prefix: str) -> None:
     """Drop the pipeline's targets and AUTO CDC's state tables beside them."""
     for index in range(count):
-        name = prefix + generate_table(index, 1, HOUR, SEED).name
+        name = prefix + BenchTable.without_rows(index).name
         for table in (name, f"__spark_autocdc_aux_state_{name}"):
             spark.sql(f"DROP TABLE IF EXISTS {CATALOG}.{DATABASE}.{table}")
 

@@ -119,6 +119,11 @@ class BenchTable:
     kind: Kind
     rows: tuple[dict[str, Any], ...]
 
+    @classmethod
+    def without_rows(cls, index: int) -> BenchTable:
+        """Table `index` (kinds take turns) with no change rows: its name, kind and config."""
+        return cls(index, KINDS[index % len(KINDS)], ())
+
     @property
     def name(self) -> str:
         return f"bc{self.index:03d}_{self.kind[0]}"
@@ -170,7 +175,7 @@ class BenchTable:
 
 def generate_table(index: int, changes: int, hour: datetime, seed: int) -> BenchTable:
     """Table `index`'s change set: kinds take turns; the same arguments give the same rows."""
-    kind = KINDS[index % len(KINDS)]
+    kind = BenchTable.without_rows(index).kind
     rng = random.Random(f"{seed}-{index}")
     rows = _event_rows(rng, changes, hour) if kind == "insert_only" else _upsert_rows(rng, changes)
     # File order is not sequence order: the latest change must win by SEQ, not by position.
@@ -637,7 +642,7 @@ def run_mode(spec: CycleSpec, mode: Mode, workdir: Path) -> dict[str, Any]:
     setup_started = time.monotonic()
     with RssSampler() as rss:
         # The config rows depend on the kinds only; the rows come once the hour is known.
-        names = [BenchTable(i, KINDS[i % len(KINDS)], ()) for i in range(spec.tables)]
+        names = [BenchTable.without_rows(i) for i in range(spec.tables)]
         config.write_text(
             yaml.safe_dump({"tables": [t.config_row(CONN_ID, spec.schedule) for t in names]})
         )

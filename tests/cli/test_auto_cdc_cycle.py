@@ -27,7 +27,9 @@ def test_auto_cdc_flows_apply_the_cycle_change_sets_exactly(tmp_path: Path) -> N
     )
     try:
         spark: Any = ConnectSession.builder.remote(server.url).create()
-        spark.sql(f"CREATE NAMESPACE IF NOT EXISTS {auto_cdc_cycle.CATALOG}.bench")
+        spark.sql(
+            f"CREATE NAMESPACE IF NOT EXISTS {auto_cdc_cycle.CATALOG}.{auto_cdc_cycle.DATABASE}"
+        )
         # Three tables, one of each kind: upserts with moves, key-only deletes and re-inserts
         # (partitioned, unpartitioned) and insert-only events with exact duplicates; two runs.
         figures = auto_cdc_cycle.measure(spark, 3, 40, tmp_path / "work", warm=False)
