@@ -304,14 +304,24 @@ class LocalAirflow:
             self.wait_for_api()
 
     def wait_for_api(self, timeout: float = 180) -> None:
+        """Wait until the api-server answers, then until its execution API (where task processes
+        report) has answered once too."""
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             try:
                 with urllib.request.urlopen(f"{self.url}/api/v2/monitor/health", timeout=5):
-                    return
+                    break
             except OSError:
                 time.sleep(1)
-        raise RuntimeError(f"the api-server did not answer on {self.url}")
+        else:
+            raise RuntimeError(f"the api-server did not answer on {self.url}")
+        # The execution API builds its versioned routes on its first request (Cadwyn: 2-3.5 s of
+        # this machine's CPU): made here, the first tasks of a run do not wait for it.
+        try:
+            with urllib.request.urlopen(f"{self.url}/execution/health", timeout=60):
+                pass
+        except OSError as error:  # the tasks' own first request builds them instead
+            print(f"the execution API did not answer its health check: {error}", file=sys.stderr)
 
     def wait_for_dags(
         self, dag_ids: Collection[str], timeout: float = 180, with_next_run: bool = False

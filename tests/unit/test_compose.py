@@ -138,9 +138,10 @@ def test_every_long_running_service_restarts_and_has_a_healthcheck() -> None:
         assert service["restart"] in ("always", "unless-stopped"), name
         test = service["healthcheck"]["test"]
         assert test[0] in ("CMD", "CMD-SHELL") and len(" ".join(test[1:])) > 5, name
-    assert found["airflow-apiserver"]["healthcheck"]["test"][-1] == (
-        "http://localhost:8080/api/v2/monitor/health"
-    )
+    assert found["airflow-apiserver"]["healthcheck"]["test"][-1].split(" && ") == [
+        "curl --fail http://localhost:8080/api/v2/monitor/health",
+        "curl --fail http://localhost:8080/execution/health",
+    ]
     assert found["airflow-scheduler"]["environment"]["AIRFLOW__SCHEDULER__ENABLE_HEALTH_CHECK"]
     assert "--job-type DagProcessorJob" in found["airflow-dag-processor"]["healthcheck"]["test"][1]
     assert "--job-type TriggererJob" in found["airflow-triggerer"]["healthcheck"]["test"][1]
