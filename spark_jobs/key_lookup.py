@@ -1,10 +1,11 @@
-"""Overwrite-final's key lookup: the interval's changed keys, and the partitions of final that
-hold them now.
+"""Overwrite-final's key lookup: the interval's changed keys, and the files of final that hold
+them now.
 
 The changed keys are collected once per run, on the driver as Arrow for small change sets or as
 cached Spark frames above `overwrite_final.LOCAL_KEYS_MAX`, with the partitions the changes
-name. A key's current partition is found only in the final files whose key statistics (min and
-max of each key column) can hold it, so new keys above every file's range read no file.
+name. A key is looked for only in the final files whose key statistics (min and max of each key
+column) can hold it, so new keys above every file's range read no file, and of those files only
+the key columns are read.
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ class ChangedKeys:
     lookup: DataFrame  # the keys whose current partition is looked up in final
     lookup_local: pa.Table | None  # the same on the driver, with `local`
     broadcast: bool  # few enough to send to every task
+    key_schema: StructType | None = None  # the key columns' types, when known without asking Spark
 
     def release(self) -> None:
         """Drop the cached frames (the Spark path)."""
@@ -44,70 +46,87 @@ class ChangedKeys:
                 self.lookup.unpersist()
 
 
-def partitions_holding_keys(
+def files_holding_keys(
+    context: StepContext, final: delta.Snapshot, changed: ChangedKeys, everywhere: bool = False
+) -> list[delta.DataFile]:
+    """The files of final that hold at least one of the changed keys: the files a rewrite must
+    replace (every other file keeps its rows as they are).
+
+    Only the files whose key statistics can hold a changed key are read, and of them only the
+    key columns. The partitions the changes name are looked in first: final holds each key
+    once, so a key found there is nowhere else, and only the other keys (new keys, keys that
+    moved, key-only deletes) are looked for in the other partitions; new keys above every
+    file's range read no file. With `partition_stable`, a key without a delete lives in the
+    partition its change names: outside those partitions only deleted keys are looked for.
+    `everywhere` (a recompute after a lost commit race) looks for every key in every file, so
+    a key that some other writer left in two partitions is found in both and healed.
+    """
+    column = context.table.partition_column
+    files = list(final.files)
+    if not files:
+        return []
+    if column is None or everywhere:
+        return _holding(context, final, files, changed.frame, changed.local, changed.broadcast)[0]
+    known = changed.partitions or set()
+    inside = [f for f in files if f.partition_values.get(column) in known]
+    outside = [f for f in files if f.partition_values.get(column) not in known]
+    if changed.lookup_local is not None:
+        # Outside, only the files whose ranges can hold a looked-up key (before any is found).
+        outside = files_in_key_ranges(outside, changed.lookup_local)
+    held, found = _holding(
+        context, final, inside, changed.frame, changed.local, changed.broadcast, bool(outside)
+    )
+    if not outside:
+        return held
+    rest, rest_local = changed.lookup, changed.lookup_local
+    if isinstance(found, pa.Table) and rest_local is not None:
+        rest_local = rest_local.join(
+            found.cast(rest_local.schema), rest_local.column_names, join_type="left anti"
+        )
+        if not rest_local.num_rows:
+            return held
+        rest = delta.local_frame(context.spark, rest_local, changed.key_schema or rest.schema)
+    elif isinstance(found, DataFrame):
+        rest = rest.join(found, on=list(context.table.keys), how="left_anti")
+    return held + _holding(context, final, outside, rest, rest_local, changed.broadcast)[0]
+
+
+def _holding(
     context: StepContext,
     final: delta.Snapshot,
+    files: list[delta.DataFile],
     keys_df: DataFrame,
-    known: set[Any],
-    trust_unique: bool = True,
-    broadcast: bool = True,
-    local_keys: pa.Table | None = None,
-) -> set[Any]:
-    """Partition values of the final files holding any of the keys, outside `known`.
-
-    Final holds each key once, so a key found in the `known` partitions (those the changes
-    write to, rewritten anyway) is nowhere else: only the other keys (new keys, keys that
-    moved, key-only deletes) are looked up, and only in the files whose key statistics (min and
-    max of each key column, written with every file) can hold one of them. New keys above
-    every file's range, the common case, read no file at all; with the keys on the driver, a
-    change set that no file outside `known` can hold does not even read the known partitions.
-
-    A recompute after a failed commit (`trust_unique=False`) looks up every key anyway, so a
-    key that some other writer left in two partitions is found in both and healed (commits to
-    final are exclusive, so this step does not leave one). `broadcast`: the keys are few enough
-    to send to every task. `local_keys`: the same keys on the driver (at most LOCAL_KEYS_MAX,
-    the key columns only), whose ranges are then checked there, with no Spark job.
-    """
-    table = context.table
-    if not final.files or table.partition_column is None:
-        return set()
-    spark, keys = context.spark, list(table.keys)
-    column = table.partition_column
-    others = [f for f in final.files if f.partition_values.get(column) not in known]
+    local_keys: pa.Table | None,
+    broadcast: bool,
+    want_found: bool = False,
+) -> tuple[list[delta.DataFile], pa.Table | DataFrame | None]:
+    """The `files` holding any of the keys (`local_keys`: the same keys on the driver, whose
+    ranges are then checked there), and with `want_found` the keys found in them (Arrow on the
+    driver path, else a frame)."""
+    keys = list(context.table.keys)
     if local_keys is not None:
-        # No file outside the known partitions can hold any of the keys (or there are no
-        # keys): nothing to look up.
-        others = files_in_key_ranges(others, local_keys)
-        if not others:
-            return set()
-    if known and trust_unique:
-        found = delta.read_snapshot(spark, final, partitions=known, columns=keys).join(
-            with_broadcast_hint(keys_df, broadcast), on=keys, how="left_semi"
-        )  # the changed keys already in the known partitions: few rows, whatever final's size
-        if local_keys is not None:
-            found_keys = found.toArrow()  # metadata: at most LOCAL_KEYS_MAX keys
-            local_keys = local_keys.join(
-                found_keys.cast(local_keys.schema), keys, join_type="left anti"
-            )
-        else:
-            keys_df = keys_df.join(found, on=keys, how="left_anti")
-    if local_keys is not None:
-        candidates = files_in_key_ranges(others, local_keys)
-        if candidates:
-            keys_df = delta.local_frame(spark, local_keys, keys_df.schema)
+        candidates = files_in_key_ranges(files, local_keys)
+    elif files:
+        candidates = files_that_may_hold(context, final, files, keys_df)
     else:
-        candidates = files_that_may_hold(context, final, others, keys_df)
+        candidates = []
     if not candidates:
-        return set()
-    located = delta.read_snapshot(spark, final, columns=keys, with_file_name=True, files=candidates)
-    names = (
-        located.join(with_broadcast_hint(keys_df, broadcast), on=keys, how="left_semi")
-        .select(delta.FILE_NAME_COLUMN)
-        .distinct()
-        .collect()  # metadata: file names (at most one per candidate file), not rows
-    )
-    by_name = {f.name: f.partition_values[column] for f in candidates}
-    return {by_name[row[0]] for row in names}
+        return [], None
+    located = delta.read_snapshot(
+        context.spark, final, columns=keys, with_file_name=True, files=candidates
+    ).join(with_broadcast_hint(keys_df, broadcast), on=keys, how="left_semi")
+    found: pa.Table | DataFrame | None = None
+    if want_found and local_keys is not None:
+        rows = located.toArrow()  # metadata: at most LOCAL_KEYS_MAX keys, with their file names
+        names = set(pc.unique(rows[delta.FILE_NAME_COLUMN]).to_pylist())
+        found = rows.select(keys)
+    else:
+        names = {
+            row[0] for row in located.select(delta.FILE_NAME_COLUMN).distinct().collect()
+        }  # metadata: file names (at most one per candidate file), not rows
+        if want_found:
+            found = located.select(*keys)
+    return [f for f in candidates if f.name in names], found
 
 
 def files_in_key_ranges(files: list[delta.DataFile], keys: pa.Table) -> list[delta.DataFile]:
@@ -211,20 +230,26 @@ def changed_keys_on_driver(
     wanted = changes.select(*keys, *([column] if column else []), FLAG)
     summary = wanted.toArrow()  # metadata: at most LOCAL_KEYS_MAX rows of keys and flags
     distinct = summary.select(keys).group_by(keys).aggregate([])
-    schema = changes.select(*keys).schema
+    schema = StructType([changes.schema[k] for k in keys])  # the frame's schema: no request
     frame = delta.local_frame(spark, distinct, schema)
     if column is None:
-        return ChangedKeys(frame, distinct, None, frame, distinct, broadcast)
+        return ChangedKeys(frame, distinct, None, frame, distinct, broadcast, schema)
     stable = table.partition_stable
     placed = summary if stable else summary.filter(pc.not_equal(summary[FLAG], "D"))
     values = pc.unique(placed[column]).drop_null().to_pylist()
     partitions = {delta.canonical_partition_value(v) for v in values}
     if not stable:
-        return ChangedKeys(frame, distinct, partitions, frame, distinct, broadcast)
+        return ChangedKeys(frame, distinct, partitions, frame, distinct, broadcast, schema)
     # A stable key lives in the partition its inserts and updates name: only keys with a
     # delete are looked up (a key-only delete names none; a row image may be partial).
     deleted = summary.filter(pc.equal(summary[FLAG], "D")).select(keys)
     lookup = deleted.group_by(keys).aggregate([])
     return ChangedKeys(
-        frame, distinct, partitions, delta.local_frame(spark, lookup, schema), lookup, broadcast
+        frame,
+        distinct,
+        partitions,
+        delta.local_frame(spark, lookup, schema),
+        lookup,
+        broadcast,
+        schema,
     )

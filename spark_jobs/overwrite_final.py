@@ -1,15 +1,17 @@
-"""Step `overwrite-final`: apply the interval's staged changes by rewriting only touched partitions.
+"""Step `overwrite-final`: apply the interval's staged changes by rewriting only the files they
+touch.
 
 The final table already holds the winner of every earlier change and the tombstones table the
 latest delete of every deleted key, so ranking the interval's changes against the final rows and
 tombstones of the same keys gives the answer ranking all of staging would, at a cost that follows
-the change set. The touched partitions are those of the new rows plus those that hold the keys
-now (a key that moves, or is deleted by a key-only D, leaves its old partition); a table declared
-`partition_stable` looks up only the keys with a delete and trusts the partition values the
-changes name. Only the changed keys are ranked; the other rows of the touched partitions are
-copied as they are. The touched partitions are replaced in one delta-rs commit made as the
-version right after the snapshot that was read: if final changed meanwhile, the attempt is
-recomputed from a new snapshot.
+the change set. A run replaces only the files of final that hold a changed key now (found by
+their key statistics, then by their key columns), in whatever partition they are: a key that
+moves, or is deleted by a key-only D, leaves its old file; new rows go to new files in the
+partitions they name. Only the changed keys are ranked; the other rows of the replaced files are
+copied as they are; every other file is kept. The files are replaced in one delta-rs commit
+made as the version right after the snapshot that was read: if final changed meanwhile, the
+attempt is recomputed from a new snapshot, and that recompute replaces the touched partitions
+whole.
 """
 
 from __future__ import annotations
@@ -43,7 +45,7 @@ from spark_jobs.key_lookup import (
     ChangedKeys,
     changed_keys_in_spark,
     changed_keys_on_driver,
-    partitions_holding_keys,
+    files_holding_keys,
     with_broadcast_hint,
 )
 from spark_jobs.notices import warn
@@ -65,6 +67,7 @@ ROUTE = delta.ROUTE_COLUMN  # "final" or "tombstones": which table an output row
 REMEMBERED = "_cdc_remembered"  # a ranked row that came from tombstones
 FROM_CHANGE = "_cdc_from_change"  # a ranked row that came from the interval's changes
 CURRENT_ROWS = "_cdc_current_rows"  # how many rows of final the ranked row's key has
+MARKS = (REMEMBERED, FROM_CHANGE, CURRENT_ROWS)  # a ranked row's columns after the change's
 # Up to this many staged changes, their keys are broadcast to every join (a map-side filter of
 # final, no shuffle of its rows); above it Spark chooses (adaptive execution, shuffle joins).
 BROADCAST_CHANGES_MAX = 1_000_000
@@ -75,9 +78,9 @@ LOCAL_KEYS_MAX = 100_000
 
 @dataclass
 class Plan:
-    """What one attempt will write: the touched partitions and the rows replacing them."""
+    """What one attempt will write: the files it replaces and the rows replacing them."""
 
-    touched: set[Any] | None  # None: the table is unpartitioned and rewritten whole
+    touched: set[Any] | None  # the partitions the rewrite writes to; None: unpartitioned
     output: DataFrame  # final's new rows and the new tombstones, told apart by ROUTE
     filled: DataFrame  # the changes with the values they did not carry filled in (for history)
     # The verdict's counts over every ranked row, collected by the write that reads them (no
@@ -85,6 +88,8 @@ class Plan:
     observation: Observation
     winners: DataFrame  # the ranked rows, observed (read again only if the counts are missing)
     forced: bool = False  # a new truncate: the rewrite changes final even if no change wins
+    # The files of final the rewrite replaces; None: every file of the touched partitions.
+    replaced: list[delta.DataFile] | None = None
 
     def verdict(self) -> tuple[bool, int]:
         """(whether the rewrite changed nothing, how many winning changes have a column no row
@@ -108,13 +113,12 @@ class Plan:
         return nothing, int(row["unfilled"] or 0)
 
 
-def verdict_counts(winners: DataFrame) -> list[Column]:
-    """The verdict's three counts over the ranked rows."""
-    unfilled = (
-        F.col(FROM_CHANGE) & F.col(ABSENT).isNotNull()
-        if ABSENT in winners.columns
-        else F.lit(False)
-    )
+def verdict_counts(winners: DataFrame, has_absent: bool | None = None) -> list[Column]:
+    """The verdict's three counts over the ranked rows (`has_absent`: whether they carry the
+    absent-columns list, when known without asking Spark)."""
+    if has_absent is None:
+        has_absent = ABSENT in winners.columns
+    unfilled = F.col(FROM_CHANGE) & F.col(ABSENT).isNotNull() if has_absent else F.lit(False)
     return [
         F.count(F.lit(1)).alias("winners"),
         F.sum(F.when(unfilled, 1).otherwise(0)).alias("unfilled"),
@@ -129,25 +133,30 @@ def verdict_counts(winners: DataFrame) -> list[Column]:
     ]
 
 
-def observed_verdict(winners: DataFrame) -> tuple[DataFrame, Observation]:
+def observed_verdict(winners: DataFrame, has_absent: bool) -> tuple[DataFrame, Observation]:
     """`winners` observed: the counts `Plan.verdict` reads, gathered as the write reads them."""
     observation = new_observation(winners.sparkSession, f"cdc_verdict_{uuid.uuid4().hex}")
-    return winners.observe(observation, *verdict_counts(winners)), observation
+    return winners.observe(observation, *verdict_counts(winners, has_absent)), observation
 
 
 def as_changes(
-    frame: DataFrame, columns: Sequence[str], flag: str, marks: Sequence[Column] = ()
+    frame: DataFrame,
+    columns: Sequence[str],
+    flag: str,
+    marks: Sequence[Column] = (),
+    present: Sequence[str] | None = None,
 ) -> DataFrame:
     """Rows of final or tombstones shaped like staged changes (`columns`, staging's), flagged
     `flag`: U for final's rows, D for tombstones (their other columns null); `marks` after
-    them. One projection: each one more is analysed again on the driver."""
-    present = set(frame.columns)
+    them. One projection: each one more is analysed again on the driver. `present`: the
+    frame's columns, when known without asking Spark (a table's snapshot schema)."""
+    have = set(frame.columns if present is None else present)
     return frame.select(
         *[
             F.lit(flag).alias(c)
             if c == FLAG
             else F.col(c)
-            if c in present
+            if c in have
             else F.lit(None).alias(c)
             for c in columns
         ],
@@ -167,17 +176,17 @@ def plan_rewrite(
     """Rank the changes against the current rows and tombstones of their keys.
 
     Only the changed keys are ranked (a shuffle the size of the change set); the other rows of
-    the touched partitions are copied through a map-side anti join (broadcast keys when they
-    are few enough), without a shuffle or sort. `attempt` > 1 is a recompute after another
-    commit landed first: it looks up every key and ranks every row of the touched partitions,
-    so it also heals any key left twice there.
+    the files replaced are copied through a map-side anti join (broadcast keys when they are
+    few enough), without a shuffle or sort. `attempt` > 1 is a recompute after another commit
+    landed first: it looks up every key and ranks every row of the touched partitions, so it
+    also heals any key left twice there.
     """
     spark, table = context.spark, context.table
     keys = list(table.keys)
     change_columns = changes.columns
     keys_df, broadcast = changed.frame, changed.broadcast
     moved = cut is not None and cut.moved
-    touched, final_rows = _touched_rows(context, changed, final, attempt, whole=moved)
+    touched, final_rows, replaced = _touched_rows(context, changed, final, attempt, whole=moved)
     if moved and cut is not None:
         # A new truncate: every row whose change is before it goes, in every partition.
         final_rows = final_rows.filter(at_or_after(table.sequence_by, cut.values))
@@ -189,16 +198,28 @@ def plan_rewrite(
     # OPTIMIZE racing an overwrite that was not exclusive.
     heal = attempt > 1
     current = final_rows if heal else final_rows.join(small_keys, on=keys, how="left_semi")
-    candidates = _candidates(changes, change_columns, current, remembered, keys)
+    present = [
+        snapshot.schema.fieldNames() if snapshot.schema is not None else None
+        for snapshot in (final, tombstones)
+    ]
+    candidates = _candidates(changes, change_columns, current, remembered, keys, present)
+    # The ranked rows' columns, known here (each `.columns` of a new frame is a request to
+    # Spark Connect): the changes' and the marks; the absent-value fill adds its own.
+    has_absent = ABSENT in change_columns
+    candidate_columns = None if has_absent else [*change_columns, *MARKS]
     # A tie (the same delete staged again and already remembered) goes to the remembered copy,
     # so a delete that wins is new exactly when it is not a remembered one; a tie between a
     # change and its copy in final goes to the copy, so a change applied before is no change.
     tiebreak = [F.col(REMEMBERED).desc(), F.col(FROM_CHANGE).asc()]
-    order = ranking_order(candidates.columns, table.sequence_by, tiebreak)
-    candidates = fill_absent(candidates, keys, order, FROM_CHANGE)
+    order = ranking_order(change_columns, table.sequence_by, tiebreak)
+    if has_absent:
+        candidates = fill_absent(candidates, keys, order, FROM_CHANGE)
     filled = candidates.filter(F.col(FROM_CHANGE)).select(*change_columns)
     winners, observation = observed_verdict(
-        latest_change_per_key(candidates, keys, table.sequence_by, tiebreak=tiebreak)
+        latest_change_per_key(
+            candidates, keys, table.sequence_by, tiebreak=tiebreak, columns=candidate_columns
+        ),
+        has_absent,
     )
     output = _routed_output(table, winners, final_rows, small_keys, change_columns, heal)
     if moved and cut is not None and cut.rows is not None:
@@ -209,7 +230,7 @@ def plan_rewrite(
                 F.lit("tombstones").alias(ROUTE),
             )
         )
-    return Plan(touched, output, filled, observation, winners, forced=moved)
+    return Plan(touched, output, filled, observation, winners, forced=moved, replaced=replaced)
 
 
 def _touched_rows(
@@ -218,34 +239,29 @@ def _touched_rows(
     final: delta.Snapshot,
     attempt: int,
     whole: bool = False,
-) -> tuple[set[Any] | None, DataFrame]:
-    """The touched partitions (None: the whole table) and final's rows in them: the partitions
-    the changes name plus those holding the changed keys now; `whole`: every partition."""
+) -> tuple[set[Any] | None, DataFrame, list[delta.DataFile] | None]:
+    """The touched partitions (None: unpartitioned), final's rows the rewrite reads, and the
+    files it replaces (None: every file of the touched partitions, or of the table).
+
+    A first attempt replaces only the files holding a changed key; the touched partitions are
+    those the changes name plus those of the files holding a key. A recompute (`attempt` > 1)
+    looks up every key in every file and replaces the touched partitions whole; `whole` (a new
+    truncate) replaces the whole table.
+    """
     spark, table = context.spark, context.table
-    keys_df, broadcast = changed.frame, changed.broadcast
-    if table.partition_column is not None and not whole:
-        if changed.partitions is None:
-            raise ValueError(f"table {table.name}: plan_rewrite needs the changes' partitions")
-        if attempt == 1:
-            held = partitions_holding_keys(
-                context,
-                final,
-                changed.lookup,
-                changed.partitions,
-                True,
-                broadcast,
-                changed.lookup_local,
-            )
-        else:
-            held = partitions_holding_keys(
-                context, final, keys_df, changed.partitions, False, broadcast, changed.local
-            )
-        touched: set[Any] | None = changed.partitions | held
-        final_rows = delta.read_snapshot(spark, final, partitions=touched)
-    else:
-        touched = None
-        final_rows = delta.read_snapshot(spark, final)
-    return touched, final_rows
+    column = table.partition_column
+    heal = attempt > 1
+    if whole or (heal and column is None):
+        return None, delta.read_snapshot(spark, final), None
+    if column is not None and changed.partitions is None:
+        raise ValueError(f"table {table.name}: plan_rewrite needs the changes' partitions")
+    holding = files_holding_keys(context, final, changed, everywhere=heal)
+    touched = None
+    if column is not None:
+        touched = (changed.partitions or set()) | {f.partition_values.get(column) for f in holding}
+    if heal:
+        return touched, delta.read_snapshot(spark, final, partitions=touched), None
+    return touched, delta.read_snapshot(spark, final, files=holding), holding
 
 
 def _candidates(
@@ -254,9 +270,11 @@ def _candidates(
     current: DataFrame,
     remembered: DataFrame,
     keys: list[str],
+    present: Sequence[Sequence[str] | None] = (None, None),
 ) -> DataFrame:
     """The rows ranked per key: the changes, the current rows (U) and the remembered deletes (D)
-    of their keys, marked REMEMBERED / FROM_CHANGE and with their key's CURRENT_ROWS."""
+    of their keys, marked REMEMBERED / FROM_CHANGE and with their key's CURRENT_ROWS (MARKS).
+    `present`: the columns of final's and of tombstones' rows, when known."""
 
     def marks(remembered: bool, from_change: bool) -> list[Column]:
         return [F.lit(remembered).alias(REMEMBERED), F.lit(from_change).alias(FROM_CHANGE)]
@@ -265,8 +283,8 @@ def _candidates(
     # union, without the projection a union by name adds (and the driver analyses again).
     candidates = (
         changes.select(*change_columns, *marks(False, True))
-        .union(as_changes(current, change_columns, "U", marks(False, False)))
-        .union(as_changes(remembered, change_columns, "D", marks(True, False)))
+        .union(as_changes(current, change_columns, "U", marks(False, False), present[0]))
+        .union(as_changes(remembered, change_columns, "D", marks(True, False), present[1]))
     )
     # Each ranked row knows how many rows of final its key has (same window partitioning as
     # the ranking: no second shuffle), so the verdict below needs no other join.
@@ -289,7 +307,7 @@ def _routed_output(
     heal: bool,
 ) -> DataFrame:
     """Final's new rows and the new tombstones in one frame, told apart by ROUTE: the winners,
-    and (unless healing) the other rows of the touched partitions copied as they are."""
+    and (unless healing) the other rows of the files replaced copied as they are."""
     keys = list(table.keys)
     is_delete = F.col(FLAG) == "D"
     output_columns = [c for c in change_columns if c not in (FLAG, ABSENT)]
@@ -322,7 +340,7 @@ def apply_changes(
     report: StepReport[OverwriteCounts],
     cut: Cut | None = None,
 ) -> DataFrame:
-    """Upsert/delete path: rewrite the touched partitions of final, retrying on conflicts.
+    """Upsert/delete path: rewrite the files of final the changes touch, retrying on conflicts.
     Returns the changes with the values they did not carry filled in (what history logs)."""
     table, paths = context.table, context.paths
     staging_schema = changes.schema
@@ -406,14 +424,37 @@ class _Rewrite:
             if remembered.interfering_versions:
                 # Another run may have remembered the same deletes: keep one copy of each.
                 delta.remove_duplicate_rows(context.spark, paths.tombstones, "tombstones")
-        if plan.touched is not None and not plan.touched:
+        if (plan.touched is not None and not plan.touched) or (
+            plan.replaced == [] and not new_final.actions
+        ):
+            # Only deletes of keys final does not hold: remembered, final unchanged.
             new_final.delete()
             report.result.rewrote(0, 0, final.version)
             return attempt
         delta.inject_fault("overwrite_final:before_commit")
-        # Exclusive: the result holds only if final did not change since it was read (an
-        # OPTIMIZE or another run creating the same partition would not conflict).
-        result = delta.try_commit(
+        result = _commit_final(table, final, new_final, plan, run_id)
+        if result is None:
+            return None
+        delta.inject_fault("overwrite_final:after_commit")
+        touched = len(plan.touched) if plan.touched is not None else 1
+        report.result.rewrote(touched, new_final.rows, result.version)
+        return attempt
+
+
+def _commit_final(
+    table: TableConfig,
+    final: delta.Snapshot,
+    new_final: delta.WrittenFiles,
+    plan: Plan,
+    run_id: str,
+) -> delta.CommitResult | None:
+    """Commit final's new files, removing the files the plan replaces (or its touched
+    partitions whole), or None after a lost race.
+
+    Exclusive: the result holds only if final did not change since it was read (an OPTIMIZE
+    or another run creating the same partition would not conflict)."""
+    if plan.replaced is None:
+        return delta.try_commit(
             final,
             new_final,
             "overwrite",
@@ -422,12 +463,9 @@ class _Rewrite:
             partition_filters(table, plan.touched),
             exclusive=True,
         )
-        if result is None:
-            return None
-        delta.inject_fault("overwrite_final:after_commit")
-        touched = len(plan.touched) if plan.touched is not None else 1
-        report.result.rewrote(touched, new_final.rows, result.version)
-        return attempt
+    return delta.try_commit(
+        final, new_final, "append", "overwrite_final", run_id, exclusive=True, removed=plan.replaced
+    )
 
 
 def _changes_nothing(plan: Plan, report: StepReport[OverwriteCounts], table: str) -> bool:

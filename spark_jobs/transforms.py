@@ -457,10 +457,12 @@ def latest_change_per_key(
     keys: Sequence[str],
     sequence_by: Sequence[str],
     tiebreak: Sequence[Column] = (),
+    columns: Sequence[str] | None = None,
 ) -> DataFrame:
     """The latest change of every key: ROW_NUMBER over keys ORDER BY sequence_by DESC, arrival
-    DESC (then `tiebreak`, for copies of the same change)."""
-    order = ranking_order(changes.columns, sequence_by, tiebreak)
+    DESC (then `tiebreak`, for copies of the same change). `columns`: the frame's, when known
+    without asking Spark."""
+    order = ranking_order(changes.columns if columns is None else columns, sequence_by, tiebreak)
     window = Window.partitionBy(*[F.col(k) for k in keys]).orderBy(*order)
     return changes.withColumn(RANK, F.row_number().over(window)).filter(F.col(RANK) == 1).drop(RANK)
 

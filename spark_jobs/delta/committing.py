@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, TypeVar
@@ -25,7 +25,13 @@ from pyspark.sql.types import StructType
 from cdc_pipeline.errors import ConcurrentWriteError
 from cdc_pipeline.paths import Location
 from spark_jobs.delta.faults import inject_fault
-from spark_jobs.delta.reading import Snapshot, load_snapshot, read_snapshot
+from spark_jobs.delta.reading import (
+    DataFile,
+    Snapshot,
+    load_snapshot,
+    partition_value_string,
+    read_snapshot,
+)
 from spark_jobs.delta.writing import WrittenFiles, write_files
 from spark_jobs.storage import store_for
 
@@ -68,6 +74,7 @@ def commit(
     partition_filters: list[tuple[str, str, Any]] | None = None,
     schema: StructType | None = None,
     exclusive: bool = False,
+    removed: Sequence[DataFile] = (),
 ) -> CommitResult:
     """Commit the written files from `snapshot`'s version in one atomic delta-rs commit.
 
@@ -75,6 +82,9 @@ def commit(
     that matches `partition_filters` (all files when None), and may change the table's schema
     to `schema`. Raises CommitFailedError when a concurrent commit conflicts; the caller
     deletes its files and retries from a new snapshot.
+
+    `removed`: files of the snapshot the commit also removes (mode "append" only: a rewrite of
+    some files, their rows replaced by the written ones).
 
     `exclusive`: commit only as the version right after the snapshot (delta-rs
     max_commit_retries=0), so any commit landing after the read fails this one. For rewrites:
@@ -84,7 +94,20 @@ def commit(
     """
     if snapshot.table is None or snapshot.schema is None:
         raise ValueError(f"no Delta table at {snapshot.path}")
+    if removed and mode != "append":
+        raise ValueError('commit: files are removed by name only in mode "append"')
     actions: list[AddAction | RemoveAction] = list(written.actions)
+    now = int(time.time() * 1000)
+    actions += [
+        RemoveAction(
+            path=f.path,  # as the log holds it (delta-rs encodes it again when it writes it)
+            data_change=True,
+            deletion_timestamp=now,
+            size=f.size,
+            partition_values={c: partition_value_string(v) for c, v in f.partition_values.items()},
+        )
+        for f in removed
+    ]
     snapshot.table.create_write_transaction(
         actions,
         mode=mode,
@@ -155,11 +178,21 @@ def try_commit(
     run_id: str,
     partition_filters: list[tuple[str, str, Any]] | None = None,
     exclusive: bool = False,
+    removed: Sequence[DataFile] = (),
 ) -> CommitResult | None:
     """Commit, or after a conflict delete the written files and return None (`with_retries`
     then makes the next attempt)."""
     try:
-        return commit(snapshot, written, mode, step, run_id, partition_filters, exclusive=exclusive)
+        return commit(
+            snapshot,
+            written,
+            mode,
+            step,
+            run_id,
+            partition_filters,
+            exclusive=exclusive,
+            removed=removed,
+        )
     except CommitFailedError:
         written.delete()
         return None

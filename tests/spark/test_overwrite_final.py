@@ -167,6 +167,135 @@ def test_only_touched_partitions_are_rewritten(
     ]
 
 
+def test_a_run_replaces_only_the_files_holding_a_changed_key(
+    spark, workspace: Workspace, change_set_size: str
+) -> None:
+    """In a touched partition, a new key adds a file and replaces none; an update replaces the
+    file holding its key and keeps the partition's other files."""
+    table = seed_three_years(spark, workspace)
+    final = workspace.paths("orders").final
+    seeded = files_by_partition(final, "CREATE_DATE_YEAR")
+    workspace.land(
+        "orders",
+        "2024-01-01T01",
+        "a.csv",
+        [order("I", 5, 1, "05/01/2016", "5.00", "2024-01-01 01:00:00")],
+    )
+    _, inserted = run(spark, workspace, table, "2024-01-01T01", "2024-01-01T02")
+    after_insert = files_by_partition(final, "CREATE_DATE_YEAR")
+    assert (inserted.counts["partitions_rewritten"], inserted.counts["rows_written"]) == (1, 1)
+    assert after_insert[2016] > seeded[2016] and len(after_insert[2016]) == 2
+    workspace.land(
+        "orders",
+        "2024-01-01T02",
+        "a.csv",
+        [order("U", 5, 1, "05/01/2016", "5.50", "2024-01-01 02:00:00")],
+    )
+    _, updated = run(spark, workspace, table, "2024-01-01T02", "2024-01-01T03")
+    after = files_by_partition(final, "CREATE_DATE_YEAR")
+    assert (updated.counts["partitions_rewritten"], updated.counts["rows_written"]) == (1, 1)
+    assert seeded[2016] < after[2016]  # the file of keys 2 and 3 is kept
+    assert after[2016].isdisjoint(after_insert[2016] - seeded[2016])  # key 5's is replaced
+    assert after[2015] == seeded[2015] and after[2017] == seeded[2017]
+    assert table_rows(final, ["ORDER_ID", "AMOUNT", "CREATE_DATE_YEAR"]) == [
+        (1, Decimal("1.00"), 2015),
+        (2, Decimal("2.00"), 2016),
+        (3, Decimal("3.00"), 2016),
+        (4, Decimal("4.00"), 2017),
+        (5, Decimal("5.50"), 2016),
+    ]
+
+
+def test_an_unpartitioned_table_replaces_only_the_files_holding_a_changed_key(
+    spark, workspace: Workspace, change_set_size: str
+) -> None:
+    from spark_jobs import delta
+
+    table = workspace.configure(SEED)["t"]
+    final = workspace.paths("t").final
+    batches = [
+        (
+            "2024-01-01T00",
+            [row("I", 1, 0, "2024-01-01 00:00:01"), row("I", 2, 0, "2024-01-01 00:00:01")],
+        ),
+        ("2024-01-01T01", [row("I", 10, 1, "2024-01-01 01:00:01")]),
+        (
+            "2024-01-01T02",
+            [row("U", 10, 2, "2024-01-01 02:00:01"), row("D", 11, None, "2024-01-01 02:00:02")],
+        ),
+    ]
+    names: list[set[str]] = []
+    for hour, rows in batches:
+        workspace.land("t", hour, "a.csv", rows)
+        _, applied = run(spark, workspace, table, hour, hour[:-2] + f"{int(hour[-2:]) + 1:02d}")
+        names.append({f.name for f in delta.load_snapshot(final).files})
+    assert applied.counts["rows_written"] == 1  # key 10's row, not keys 1 and 2
+    first, second, third = names
+    assert first < second and len(second) == 2  # the insert added a file
+    assert first < third and third.isdisjoint(second - first)  # the update replaced only 10's
+    assert table_rows(final, ["ID", "VALUE"]) == sorted([(1, 0), (2, 0), (10, 2)], key=repr)
+    # Only a delete of a key final does not hold: remembered, and final keeps its version.
+    version = delta.load_snapshot(final).version
+    workspace.land("t", "2024-01-01T03", "a.csv", [row("D", 12, None, "2024-01-01 03:00:00")])
+    _, applied = run(spark, workspace, table, "2024-01-01T03", "2024-01-01T04")
+    assert (applied.counts["final_version"], delta.load_snapshot(final).version) == (version,) * 2
+    assert table_rows(workspace.paths("t").tombstones, ["ID"]) == [(11,), (12,)]
+    assert table_rows(final, ["ID", "VALUE"]) == sorted([(1, 0), (2, 0), (10, 2)], key=repr)
+
+
+HOSTILE_VALUES = ["a b", "p=q", "c/d", "x%20y", "é", "hash#1", "q?x", "z:1", "pct%", "_x", ".y"]
+
+
+def test_files_in_partitions_with_hostile_values_are_replaced_exactly(
+    spark, workspace: Workspace
+) -> None:
+    """A file is removed from the log by its path, which Spark escapes and the log encodes: a
+    partition value with any of those characters still has its old file replaced, not kept
+    beside the new one (a key twice)."""
+    from spark_jobs import delta
+
+    config = {
+        "name": "h",
+        "file_format": "csv",
+        "columns": {"ID": "bigint", "REGION": "string", "VALUE": "int", "TS": "timestamp"},
+        "keys": ["ID"],
+        "sequence_by": ["TS"],
+        "partition_expression": "REGION",
+        "partition_column": "REGION_P",
+    }
+    table = workspace.configure(config)["h"]
+    final = workspace.paths("h").final
+
+    def change(flag: str, id_: int, region: str | None, value: int | None, when: str) -> dict:
+        return {"FLAG": flag, "ID": id_, "REGION": region, "VALUE": value, "TS": when}
+
+    inserts = [change("I", i, v, 0, "2024-01-01 00:00:00") for i, v in enumerate(HOSTILE_VALUES)]
+    workspace.land("h", "2024-01-01T00", "a.csv", inserts)
+    run(spark, workspace, table, "2024-01-01T00", "2024-01-01T01")
+    # Every key updated in place, the first moved to the second's partition, the third deleted
+    # by its key only.
+    updates = [
+        change("U", i, v, 1, "2024-01-01 01:00:00") for i, v in enumerate(HOSTILE_VALUES) if i > 2
+    ]
+    updates += [
+        change("U", 0, HOSTILE_VALUES[1], 1, "2024-01-01 01:00:00"),
+        change("U", 1, HOSTILE_VALUES[1], 1, "2024-01-01 01:00:00"),
+        change("D", 2, None, None, "2024-01-01 01:00:00"),
+    ]
+    workspace.land("h", "2024-01-01T01", "a.csv", updates)
+    _, applied = run(spark, workspace, table, "2024-01-01T01", "2024-01-01T02")
+    assert applied.counts["partitions_rewritten"] == len(HOSTILE_VALUES)
+    expected = [(0, HOSTILE_VALUES[1], 1), (1, HOSTILE_VALUES[1], 1)] + [
+        (i, v, 1) for i, v in enumerate(HOSTILE_VALUES) if i > 2
+    ]
+    assert table_rows(final, ["ID", "REGION_P", "VALUE"]) == sorted(expected, key=repr)
+    snapshot = delta.load_snapshot(final)
+    assert snapshot.num_records == len(expected)
+    # Spark's own reader (by the files the log lists) agrees.
+    rows = delta.read_snapshot(spark, snapshot).select("ID", "REGION_P", "VALUE").collect()
+    assert sorted((tuple(r) for r in rows), key=repr) == sorted(expected, key=repr)
+
+
 def test_key_moving_partition_leaves_its_old_partition(
     spark, workspace: Workspace, change_set_size: str
 ) -> None:
@@ -560,10 +689,11 @@ def test_partition_stable_looks_up_only_keys_with_a_delete(
 def test_moved_key_lookup_reads_only_files_whose_key_range_can_hold_it(
     spark, workspace: Workspace
 ) -> None:
-    """Files carry min/max key statistics; new keys and keys found in the partitions being
-    rewritten need no lookup, and a moved key is looked up in the files of its range only."""
+    """Files carry min/max key statistics: a changed key is looked for only in the files whose
+    key range can hold it (new keys above every range read no file), and a run replaces the
+    files that hold one."""
     from spark_jobs import delta
-    from spark_jobs.key_lookup import files_that_may_hold, partitions_holding_keys
+    from spark_jobs.key_lookup import ChangedKeys, files_holding_keys, files_that_may_hold
 
     table = workspace.configure(YEARLY)["orders"]
     paths = workspace.paths("orders")
@@ -592,26 +722,28 @@ def test_moved_key_lookup_reads_only_files_whose_key_range_can_hold_it(
     assert files_that_may_hold(ctx, final, final.files, keys(900, 901)) == []  # new keys
     assert years(files_that_may_hold(ctx, final, final.files, keys(202, 900))) == {2021}
     assert years(files_that_may_hold(ctx, final, final.files, keys(102))) == {2020}
-    # 202 moves to 2020 (rewritten anyway), 103 is found there: only 2021 is added.
-    assert partitions_holding_keys(ctx, final, keys(202, 103, 999), {2020}) == {2021}
-    # The same with the keys on the driver; when no file outside the known partitions can hold
-    # any key (103 is in 2020's range, 999 in none), no Spark job runs at all.
     import pyarrow as pa
 
     def local(*ids: int) -> pa.Table:
         return pa.table({"ORDER_ID": pa.array(ids, pa.int64()), "LINE_NO": [1] * len(ids)})
 
-    assert partitions_holding_keys(
-        ctx, final, keys(202, 103, 999), {2020}, local_keys=local(202, 103, 999)
-    ) == {2021}
-    probe = keys(103, 999)
+    def changed(*ids: int, on_driver: bool) -> ChangedKeys:
+        frame, arrow = keys(*ids), local(*ids) if on_driver else None
+        return ChangedKeys(frame, arrow, {2020}, frame, arrow, True)
+
+    # 202 moves to 2020, 103 is there, 999 is new: the files of 2021 and 2020 hold a key.
+    for on_driver in (False, True):
+        found = files_holding_keys(ctx, final, changed(202, 103, 999, on_driver=on_driver))
+        assert years(found) == {2020, 2021}
+    # With the keys on the driver, when no file's key range can hold any key (999 is in none),
+    # no Spark job runs at all.
     spark.sparkContext.setJobGroup("lookup-probe", "lookup-probe")
     try:
-        found = partitions_holding_keys(ctx, final, probe, {2020}, local_keys=local(103, 999))
+        found = files_holding_keys(ctx, final, changed(999, 998, on_driver=True))
         jobs = spark.sparkContext.statusTracker().getJobIdsForGroup("lookup-probe")
     finally:
         spark.sparkContext.setLocalProperty("spark.jobGroup.id", None)  # type: ignore[arg-type]
-    assert (found, jobs) == (set(), [])
+    assert (found, jobs) == ([], [])
     # The same through a run: the move leaves 2021, the new order touches 2023 only.
     workspace.land(
         "orders",

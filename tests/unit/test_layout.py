@@ -32,8 +32,6 @@ LONG_FUNCTIONS = {
     "spark_jobs.extracts.derive_changes": 67,
     # the Debezium envelope's column expressions, one per field kind
     "spark_jobs.formats._parse_debezium": 90,
-    # the lookup's three cases (known partitions, driver-side ranges, Spark-side ranges)
-    "spark_jobs.key_lookup.partitions_holding_keys": 64,
     # one pass over the Parquet footers (unreadable, contradicting, grouped by schema)
     "spark_jobs.landing.plan_parquet": 73,
     # the crash-recovery cases of one file version, kept together to be read as one rule
