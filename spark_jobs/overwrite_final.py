@@ -153,11 +153,7 @@ def as_changes(
     have = set(frame.columns if present is None else present)
     return frame.select(
         *[
-            F.lit(flag).alias(c)
-            if c == FLAG
-            else F.col(c)
-            if c in have
-            else F.lit(None).alias(c)
+            F.lit(flag).alias(c) if c == FLAG else F.col(c) if c in have else F.lit(None).alias(c)
             for c in columns
         ],
         *marks,

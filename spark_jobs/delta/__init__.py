@@ -2,8 +2,9 @@
 
 Spark cannot load a Delta connector here, so the transaction log is delta-rs's: a step reads one
 snapshot (the files of one table version), lets Spark compute and write new Parquet files, and
-then commits add (and, by partition filter, remove) actions in one atomic delta-rs commit made
-from that same snapshot, so delta-rs sees the concurrent commits it must check against.
+then commits add and remove actions (files removed by name, or whole partitions by partition
+filter) in one atomic delta-rs commit made from that same snapshot, so delta-rs sees the
+concurrent commits it must check against.
 
 By concern: `reading` (snapshots and their rows), `writing` (Parquet files into a table folder,
 with footer statistics), `committing` (the commit, finding it in the log, and `with_retries`:
