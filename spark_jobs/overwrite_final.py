@@ -199,6 +199,25 @@ def plan_rewrite(
         for snapshot in (final, tombstones)
     ]
     candidates = _candidates(changes, change_columns, current, remembered, keys, present)
+    filled, winners, observation = _ranked(table, candidates, change_columns)
+    output = _routed_output(table, winners, final_rows, small_keys, change_columns, heal)
+    if moved and cut is not None and cut.rows is not None:
+        # Remembered (keys null) so later runs drop changes ordered before it.
+        output = output.unionByName(
+            cut.rows.select(
+                *[c for c in change_columns if c not in (FLAG, ABSENT)],
+                F.lit("tombstones").alias(ROUTE),
+            )
+        )
+    return Plan(touched, output, filled, observation, winners, forced=moved, replaced=replaced)
+
+
+def _ranked(
+    table: TableConfig, candidates: DataFrame, change_columns: list[str]
+) -> tuple[DataFrame, DataFrame, Observation]:
+    """The changes with the values they did not carry filled in, the winner of every key
+    (observed for the verdict), and the observation."""
+    keys = list(table.keys)
     # The ranked rows' columns, known here (each `.columns` of a new frame is a request to
     # Spark Connect): the changes' and the marks; the absent-value fill adds its own.
     has_absent = ABSENT in change_columns
@@ -217,16 +236,7 @@ def plan_rewrite(
         ),
         has_absent,
     )
-    output = _routed_output(table, winners, final_rows, small_keys, change_columns, heal)
-    if moved and cut is not None and cut.rows is not None:
-        # Remembered (keys null) so later runs drop changes ordered before it.
-        output = output.unionByName(
-            cut.rows.select(
-                *[c for c in change_columns if c not in (FLAG, ABSENT)],
-                F.lit("tombstones").alias(ROUTE),
-            )
-        )
-    return Plan(touched, output, filled, observation, winners, forced=moved, replaced=replaced)
+    return filled, winners, observation
 
 
 def _touched_rows(
