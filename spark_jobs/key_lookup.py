@@ -121,9 +121,8 @@ def _holding(
         names = set(pc.unique(rows[delta.FILE_NAME_COLUMN]).to_pylist())
         found = rows.select(keys)
     else:
-        names = {
-            row[0] for row in located.select(delta.FILE_NAME_COLUMN).distinct().collect()
-        }  # metadata: file names (at most one per candidate file), not rows
+        distinct = located.select(delta.FILE_NAME_COLUMN).distinct()
+        names = {row[0] for row in distinct.collect()}  # metadata: file names, one per file
         if want_found:
             found = located.select(*keys)
     return [f for f in candidates if f.name in names], found
