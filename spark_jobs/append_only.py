@@ -36,7 +36,10 @@ def append_inserts(
         existing = delta.read_snapshot(spark, final, partitions=partitions, columns=identity)
         fresh = fresh_candidates.join(existing, on=identity, how="left_anti")
         run_id = delta.new_run_id()
-        written = delta.write_files(fresh, paths.final, partition_by, run_id, table.zorder_by)
+        plain = delta.plain_columns(paths.final, final.files)
+        written = delta.write_files(
+            fresh, paths.final, partition_by, run_id, table.zorder_by, plain
+        )
         report.result.rewrote(0, written.rows, final.version)
         if not written.actions:
             return attempt

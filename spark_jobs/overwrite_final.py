@@ -409,7 +409,8 @@ class _Rewrite:
         tombstones = delta.load_snapshot(paths.tombstones)  # after final: see the run order
         plan = self._plan(final, tombstones, attempt)
         run_id = delta.new_run_id()
-        written = delta.write_routed(plan.output, self.routes, run_id, table.zorder_by)
+        plain = delta.plain_columns(paths.final, final.files)
+        written = delta.write_routed(plan.output, self.routes, run_id, table.zorder_by, plain)
         new_final, new_tombstones = written["final"], written["tombstones"]
         if _changes_nothing(plan, report, table.name):
             # A rerun of an applied interval: nothing to commit, final keeps its version (the

@@ -50,6 +50,7 @@ from spark_jobs.delta.writing import (
     TMP_DIR,
     WrittenFiles,
     footer_stats,
+    plain_columns,
     write_files,
     write_routed,
 )
@@ -82,6 +83,7 @@ __all__ = [
     "new_run_id",
     "partition_value_string",
     "partition_values_of",
+    "plain_columns",
     "read_snapshot",
     "remove_duplicate_rows",
     "retry_delay",

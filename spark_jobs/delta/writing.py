@@ -16,9 +16,13 @@ from deltalake.transaction import AddAction
 from pyspark.sql import DataFrame
 
 from cdc_pipeline.paths import Location
+from spark_jobs.delta.reading import DataFile
 from spark_jobs.storage import store_for
 
 TMP_DIR = "_cdc_tmp"
+# A file of fewer rows tells little of a column's values: parquet rejects a dictionary for a
+# handful of rows even when the column has a few distinct values.
+PLAIN_SAMPLE_MIN_ROWS = 1_000
 
 
 @dataclass(frozen=True)
@@ -40,20 +44,50 @@ class WrittenFiles:
             store.remove(self.table_path / unquote(action.path))
 
 
+def plain_columns(table_path: Location, files: Sequence[DataFile]) -> list[str]:
+    """The columns the largest of `files` holds without a dictionary: the Parquet writer tried
+    one and dropped it (the column's values are mostly distinct: keys, ids, measures).
+
+    A write told these columns (`plain`) skips building a dictionary it would throw away, which
+    is most of the CPU of writing such columns; the others keep theirs, so the files are the
+    same size. A file without a dictionary for a column it was told to write plain teaches the
+    same; OPTIMIZE writes with every dictionary tried, so compaction learns afresh. Nothing is
+    learnt (an empty list) from a small file, or when the file cannot be read.
+    """
+    sized = [f for f in files if (f.num_records or 0) >= PLAIN_SAMPLE_MIN_ROWS]
+    if not sized:
+        return []
+    largest = max(sized, key=lambda f: f.num_records or 0)
+    try:
+        with store_for(table_path).open_read(table_path / largest.path) as handle:
+            metadata = pq.read_metadata(handle)
+    except (OSError, pa.ArrowException):
+        return []  # vacuumed meanwhile, or unreadable: every column tries a dictionary
+    plain = []
+    for index in range(metadata.num_columns):
+        name = metadata.schema.column(index).path
+        chunks = [metadata.row_group(g).column(index) for g in range(metadata.num_row_groups)]
+        if "." not in name and chunks and not any(c.has_dictionary_page for c in chunks):
+            plain.append(name)
+    return plain
+
+
 def write_files(
     df: DataFrame,
     table_path: Location,
     partition_by: Sequence[str],
     run_id: str,
     sort_within: Sequence[str] = (),
+    plain: Sequence[str] = (),
 ) -> WrittenFiles:
     """Write `df` as Parquet into the table folder (not yet committed) and describe the files.
 
     Spark writes into a private temporary folder; the files are then renamed into the table's
     partition folders under names carrying the run id, so a file name is unique in the table.
+    `plain`: columns written without a dictionary (see `plain_columns`).
     """
     tmp = table_path / TMP_DIR / run_id
-    _spark_write(df, tmp, partition_by, sort_within)
+    _spark_write(df, tmp, partition_by, sort_within, plain)
     written = _adopt_files(tmp, table_path, len(partition_by), run_id)
     store_for(tmp).remove_tree(tmp)
     return written
@@ -67,6 +101,7 @@ def write_routed(
     routes: Mapping[str, tuple[Location, Sequence[str], Sequence[str]]],
     run_id: str,
     sort_within: Sequence[str] = (),
+    plain: Sequence[str] = (),
 ) -> dict[str, WrittenFiles]:
     """Write rows for several tables in one Spark job; each row's `_cdc_route` names its table.
 
@@ -82,7 +117,7 @@ def write_routed(
         if partitions and list(partitions) != list(first_partitions):
             raise ValueError("routed tables must share their partition columns or have none")
     tmp = first_path / TMP_DIR / run_id
-    _spark_write(df, tmp, [ROUTE_COLUMN, *first_partitions], sort_within)
+    _spark_write(df, tmp, [ROUTE_COLUMN, *first_partitions], sort_within, plain)
     written: dict[str, WrittenFiles] = {}
     for name in names:
         path, partitions, columns = routes[name]
@@ -95,10 +130,17 @@ def write_routed(
 
 
 def _spark_write(
-    df: DataFrame, tmp: Location, partition_by: Sequence[str], sort_within: Sequence[str]
+    df: DataFrame,
+    tmp: Location,
+    partition_by: Sequence[str],
+    sort_within: Sequence[str],
+    plain: Sequence[str] = (),
 ) -> None:
     writer_df = df.sortWithinPartitions(*sort_within) if sort_within else df
     writer = writer_df.write.mode("overwrite").option("compression", "snappy")
+    for column in plain:
+        # parquet-mr's per-column setting, passed through the write's Hadoop configuration.
+        writer = writer.option(f"parquet.enable.dictionary#{column}", "false")
     if partition_by:
         writer = writer.partitionBy(*partition_by)
     writer.parquet(str(tmp))

@@ -50,7 +50,8 @@ def _commit_staging(
     ):
         return None
     run_id = delta.new_run_id()
-    written = delta.write_files(frame, path, current.partition_columns, run_id)
+    plain = delta.plain_columns(path, current.files)
+    written = delta.write_files(frame, path, current.partition_columns, run_id, plain=plain)
     if not written.actions:
         return 0, current.version
     delta.inject_fault("stage:before_staging_commit")

@@ -5,6 +5,7 @@ from __future__ import annotations
 from datetime import date, datetime
 from pathlib import Path
 
+import pyarrow.parquet as pq
 import pytest
 from pyspark.sql.types import (
     DateType,
@@ -63,3 +64,58 @@ def test_partition_values_from_one_partition_and_from_several(spark, tmp_path: P
         ]
         assert files, f"no file for partition {values}"
         assert read(files) == expected([index])
+
+
+def _dictionaries(path: Path, files: list[delta.DataFile]) -> dict[str, bool]:
+    """Column -> whether the file's chunks carry a dictionary page."""
+    (only,) = files
+    metadata = pq.read_metadata(path / only.path)
+    chunks = metadata.row_group(0)
+    return {
+        chunks.column(i).path_in_schema: chunks.column(i).has_dictionary_page
+        for i in range(metadata.num_columns)
+    }
+
+
+def test_columns_parquet_wrote_plain_are_written_plain_again(spark, tmp_path: Path) -> None:
+    schema = StructType(
+        [
+            StructField("ID", LongType()),
+            StructField("CODE", LongType()),
+            StructField("NAME", StringType()),
+        ]
+    )
+    rows = [(i, i % 3, f"name-{i * 7919}") for i in range(2_000)]
+    path = tmp_path / "t"
+    delta.ensure_table(path, schema, [])
+    for run in range(2):
+        snapshot = delta.load_snapshot(path)
+        plain = delta.plain_columns(path, snapshot.files)
+        # The first write tries every dictionary; parquet keeps only CODE's (three values).
+        assert plain == ([] if run == 0 else ["ID", "NAME"])
+        run_id = delta.new_run_id()
+        frame = spark.createDataFrame(rows, schema).coalesce(1)
+        written = delta.write_files(frame, path, [], run_id, plain=plain)
+        delta.commit(snapshot, written, "overwrite", "test", run_id)
+        snapshot = delta.load_snapshot(path)
+        assert _dictionaries(path, snapshot.files) == {"ID": False, "CODE": True, "NAME": False}
+    # The second write, told the plain columns, wrote the same values.
+    back = delta.read_snapshot(spark, snapshot).collect()
+    assert sorted(tuple(r) for r in back) == rows
+    # The setting reaches the writer: a column told plain has no dictionary, whatever its values.
+    run_id = delta.new_run_id()
+    frame = spark.createDataFrame(rows, schema).coalesce(1)
+    written = delta.write_files(frame, path, [], run_id, plain=["CODE"])
+    delta.commit(snapshot, written, "overwrite", "test", run_id)
+    snapshot = delta.load_snapshot(path)
+    assert _dictionaries(path, snapshot.files)["CODE"] is False
+    # A small file teaches nothing (parquet refuses a dictionary for a few rows of any column).
+    small = tmp_path / "small"
+    delta.ensure_table(small, schema, [])
+    run_id = delta.new_run_id()
+    written = delta.write_files(spark.createDataFrame(rows[:5], schema), small, [], run_id)
+    delta.commit(delta.load_snapshot(small), written, "append", "test", run_id)
+    assert delta.plain_columns(small, delta.load_snapshot(small).files) == []
+    # Nor does a file that is gone (vacuumed while the run planned).
+    (path / snapshot.files[0].path).unlink()
+    assert delta.plain_columns(path, snapshot.files) == []
