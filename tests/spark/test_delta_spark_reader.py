@@ -6,6 +6,7 @@ keeps final exact."""
 from __future__ import annotations
 
 import shutil
+import uuid
 from datetime import UTC, datetime
 from decimal import Decimal
 from pathlib import Path
@@ -164,3 +165,21 @@ def test_a_name_whose_folder_is_gone_is_registered_again_at_the_new_folder(
         assert catalog.register_tables(spark, table, new) == []
     finally:
         spark.sql("DROP TABLE IF EXISTS cdc.gone")
+
+
+def test_a_database_not_there_yet_is_created_with_the_first_table(
+    spark, workspace: Workspace
+) -> None:
+    """The catalog is asked first whether the table is registered; a database it does not
+    have yet means it is not, and is created before the table is."""
+    database = f"cdc_{uuid.uuid4().hex[:8]}"
+    config = {**TABLE, "name": "fresh", "history": False, "database": database}
+    table = workspace.configure(config)["fresh"]
+    paths = workspace.paths("fresh")
+    spark.range(4).write.format("delta").save(str(paths.final))
+    try:
+        assert catalog.register_tables(spark, table, paths) == [f"{database}.fresh"]
+        assert spark.table(f"{database}.fresh").count() == 4
+        assert catalog.register_tables(spark, table, paths) == []
+    finally:
+        spark.sql(f"DROP DATABASE IF EXISTS `{database}` CASCADE")
