@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import date, datetime
@@ -23,6 +24,8 @@ TMP_DIR = "_cdc_tmp"
 # A file of fewer rows tells little of a column's values: parquet rejects a dictionary for a
 # handful of rows even when the column has a few distinct values.
 PLAIN_SAMPLE_MIN_ROWS = 1_000
+# The name `_adopt_files` gives a file; group 1 is the run id's time, so names sort by age.
+_WRITTEN_HERE = re.compile(r"part-\d{5,}-(\d{8}T\d{6})-[0-9a-f]{12}\.snappy\.parquet")
 
 
 @dataclass(frozen=True)
@@ -45,24 +48,32 @@ class WrittenFiles:
 
 
 def plain_columns(table_path: Location, files: Sequence[DataFile]) -> list[str]:
-    """The columns the largest of `files` holds without a dictionary: the Parquet writer tried
-    one and dropped it (the column's values are mostly distinct: keys, ids, measures).
+    """The columns Spark's Parquet writer last wrote without a dictionary in this table: it
+    tried one and dropped it (the values are mostly distinct: keys, ids, measures).
 
     A write told these columns (`plain`) skips building a dictionary it would throw away, which
     is most of the CPU of writing such columns; the others keep theirs, so the files are the
-    same size. A file without a dictionary for a column it was told to write plain teaches the
-    same; OPTIMIZE writes with every dictionary tried, so compaction learns afresh. Nothing is
-    learnt (an empty list) from a small file, or when the file cannot be read.
+    same size. Learnt from the newest file of at least PLAIN_SAMPLE_MIN_ROWS rows that a Spark
+    step wrote (parquet-mr drops a dictionary that does not pay from the first page; delta-rs's
+    OPTIMIZE keeps one until it is 1 MiB, so its files tell nothing). Nothing is learnt (an
+    empty list) when there is no such file or it cannot be read.
     """
-    sized = [f for f in files if (f.num_records or 0) >= PLAIN_SAMPLE_MIN_ROWS]
-    if not sized:
+    ours = [
+        (found[1], f.size, f)
+        for f in files
+        if (f.num_records or 0) >= PLAIN_SAMPLE_MIN_ROWS
+        and (found := _WRITTEN_HERE.fullmatch(f.name)) is not None
+    ]
+    if not ours:
         return []
-    largest = max(sized, key=lambda f: f.num_records or 0)
+    newest = max(ours, key=lambda item: item[:2])[2]
     try:
-        with store_for(table_path).open_read(table_path / largest.path) as handle:
+        with store_for(table_path).open_read(table_path / newest.path) as handle:
             metadata = pq.read_metadata(handle)
     except (OSError, pa.ArrowException):
         return []  # vacuumed meanwhile, or unreadable: every column tries a dictionary
+    if not (metadata.created_by or "").startswith("parquet-mr"):
+        return []
     plain = []
     for index in range(metadata.num_columns):
         name = metadata.schema.column(index).path

@@ -5,8 +5,10 @@ from __future__ import annotations
 from datetime import date, datetime
 from pathlib import Path
 
+import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from deltalake import write_deltalake
 from pyspark.sql.types import (
     DateType,
     LongType,
@@ -116,6 +118,12 @@ def test_columns_parquet_wrote_plain_are_written_plain_again(spark, tmp_path: Pa
     written = delta.write_files(spark.createDataFrame(rows[:5], schema), small, [], run_id)
     delta.commit(delta.load_snapshot(small), written, "append", "test", run_id)
     assert delta.plain_columns(small, delta.load_snapshot(small).files) == []
+    # Nor do delta-rs's files (OPTIMIZE's): its writer keeps a dictionary until it is 1 MiB.
+    other = tmp_path / "other"
+    write_deltalake(
+        str(other), pa.table({"ID": [r[0] for r in rows], "NAME": [r[2] for r in rows]})
+    )
+    assert delta.plain_columns(other, delta.load_snapshot(other).files) == []
     # Nor does a file that is gone (vacuumed while the run planned).
     (path / snapshot.files[0].path).unlink()
     assert delta.plain_columns(path, snapshot.files) == []
