@@ -92,7 +92,7 @@ def register_tables(spark: Any, table: TableConfig, paths: TablePaths) -> list[s
 
     A run whose tables are registered already asks the catalog one question per table (the
     database is created only when a table is about to be)."""
-    added = []
+    added: list[str] = []
     try:
         for name, path in catalog_names(table, paths).items():
             log = store_for(path).info(path / "_delta_log")
