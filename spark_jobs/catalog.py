@@ -65,12 +65,7 @@ def _registered_location(spark: Any, database: str, short: str) -> str | None:
     lower-case letters, digits and _ (config), so the pattern matches only the name.
     """
     query = f"SHOW TABLE EXTENDED IN `{database}` LIKE '{short}'"
-    try:
-        rows = spark.sql(query).collect()  # metadata: the catalog's entry for one name
-    except Exception as error:
-        if _condition(error) == "SCHEMA_NOT_FOUND":
-            return ""  # no database yet: nothing registered
-        raise
+    rows = spark.sql(query).collect()  # metadata: the catalog's entry for one name
     for row in rows:
         if str(row["tableName"]).lower() != short or row["isTemporary"]:
             continue
@@ -81,17 +76,12 @@ def _registered_location(spark: Any, database: str, short: str) -> str | None:
     return ""
 
 
-def _condition(error: Exception) -> str | None:
-    """A Spark error's condition (SCHEMA_NOT_FOUND, ...), when it carries one."""
-    get = getattr(error, "getCondition", None)
-    return get() if callable(get) else None
-
-
 def register_tables(spark: Any, table: TableConfig, paths: TablePaths) -> list[str]:
     """Register the table's final (and history) table where it is missing; the names added.
 
-    A run whose tables are registered already asks the catalog one question per table (the
-    database is created only when a table is about to be)."""
+    A run whose tables are registered already asks the catalog one question per table; the
+    database is created when that question fails (however the catalog says it has no such
+    database), then asked again."""
     added: list[str] = []
     try:
         for name, path in catalog_names(table, paths).items():
@@ -100,15 +90,17 @@ def register_tables(spark: Any, table: TableConfig, paths: TablePaths) -> list[s
                 continue
             database, short = name.split(".")
             quoted = f"`{database}`.`{short}`"
-            registered = _registered_location(spark, database, short)
+            try:
+                registered = _registered_location(spark, database, short)
+            except Exception:
+                spark.sql(f"CREATE DATABASE IF NOT EXISTS `{database}`")
+                registered = _registered_location(spark, database, short)
             if registered == _uri(path):
                 continue
             if registered != "":
                 # Another warehouse's, or one whose folder is gone: an external table.
                 spark.sql(f"DROP TABLE {quoted}")
             location = str(path).replace("'", "\\'")
-            if not added:
-                spark.sql(f"CREATE DATABASE IF NOT EXISTS `{table.database}`")
             spark.sql(f"CREATE TABLE {quoted} USING delta LOCATION '{location}'")
             added.append(name)
     except Exception as error:  # the catalog is a convenience: the run's commits stand
