@@ -123,9 +123,7 @@ def run_as_of(
         as_text = frame.orderBy(*table.keys).select(
             *[F.col(f"`{c}`").cast("string").alias(c) for c in frame.columns]
         )
-        sample = as_text.limit(
-            limit
-        ).collect()  # metadata-sized: the printed sample, <= `limit` rows
+        sample = as_text.limit(limit).collect()  # metadata: the printed sample, <= limit rows
         print("\t".join(frame.columns))
         for row in sample:
             print("\t".join("" if v is None else v for v in row))
