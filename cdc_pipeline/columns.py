@@ -49,3 +49,9 @@ RANK = "_cdc_rank"
 
 # Files next to a table's Delta tables.
 CHECK_FILE = "_cdc_check.json"  # written by `cdc check`, read by the CDC tables view
+
+
+def quoted(column: str) -> str:
+    """`column` as one Spark SQL identifier (`F.col`, `selectExpr`), whatever it holds (dots,
+    backticks)."""
+    return "`" + column.replace("`", "``") + "`"

@@ -22,16 +22,16 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from pyspark.sql import Column, DataFrame, Observation, Window
+from pyspark.sql import Column, DataFrame, Observation
 from pyspark.sql import functions as F
 
-from cdc_pipeline.columns import TECHNICAL_PREFIX
+from cdc_pipeline.columns import RANK, TECHNICAL_PREFIX
 from cdc_pipeline.config import TableConfig
 from cdc_pipeline.counts import OverwriteCounts, count
 from cdc_pipeline.errors import ConfigError
 from cdc_pipeline.intervals import Interval
 from cdc_pipeline.paths import Location
-from spark_jobs import applied, catalog, delta, history
+from spark_jobs import applied, catalog, delta, history, ranking_sql
 from spark_jobs.absent import fill_absent
 from spark_jobs.append_only import append_inserts
 from spark_jobs.common import StepArgs, StepContext, StepReport, run_step
@@ -57,8 +57,8 @@ from spark_jobs.transforms import (
     FILE,
     FLAG,
     TRUNCATE,
-    latest_change_per_key,
     persisted,
+    quoted,
     ranking_order,
 )
 from spark_jobs.truncates import Cut, at_or_after, truncate_cut
@@ -68,6 +68,11 @@ REMEMBERED = "_cdc_remembered"  # a ranked row that came from tombstones
 FROM_CHANGE = "_cdc_from_change"  # a ranked row that came from the interval's changes
 CURRENT_ROWS = "_cdc_current_rows"  # how many rows of final the ranked row's key has
 MARKS = (REMEMBERED, FROM_CHANGE, CURRENT_ROWS)  # a ranked row's columns after the change's
+# After sequence and arrival, (column, descending): a tie (the same delete staged again and
+# already remembered) goes to the remembered copy, so a delete that wins is new exactly when it
+# is not a remembered one; a tie between a change and its copy in final goes to the copy, so a
+# change applied before is no change.
+TIEBREAK = ((REMEMBERED, True), (FROM_CHANGE, False))
 # Up to this many staged changes, their keys are broadcast to every join (a map-side filter of
 # final, no shuffle of its rows); above it Spark chooses (adaptive execution, shuffle joins).
 BROADCAST_CHANGES_MAX = 1_000_000
@@ -143,21 +148,16 @@ def as_changes(
     frame: DataFrame,
     columns: Sequence[str],
     flag: str,
-    marks: Sequence[Column] = (),
+    marks: Sequence[str] = (),
     present: Sequence[str] | None = None,
 ) -> DataFrame:
     """Rows of final or tombstones shaped like staged changes (`columns`, staging's), flagged
-    `flag`: U for final's rows, D for tombstones (their other columns null); `marks` after
-    them. One projection: each one more is analysed again on the driver. `present`: the
-    frame's columns, when known without asking Spark (a table's snapshot schema)."""
-    have = set(frame.columns if present is None else present)
-    return frame.select(
-        *[
-            F.lit(flag).alias(c) if c == FLAG else F.col(c) if c in have else F.lit(None).alias(c)
-            for c in columns
-        ],
-        *marks,
-    )
+    `flag`: U for final's rows, D for tombstones (their other columns null); `marks`
+    (expression texts) after them. One projection: each one more is analysed again on the
+    driver. `present`: the frame's columns, when known without asking Spark (a table's
+    snapshot schema)."""
+    have = frame.columns if present is None else present
+    return frame.selectExpr(*ranking_sql.as_changes(columns, flag, have, marks))
 
 
 def plan_rewrite(
@@ -180,26 +180,23 @@ def plan_rewrite(
     spark, table = context.spark, context.table
     keys = list(table.keys)
     change_columns = changes.columns
-    keys_df, broadcast = changed.frame, changed.broadcast
     moved = cut is not None and cut.moved
     touched, final_rows, replaced = _touched_rows(context, changed, final, attempt, whole=moved)
     if moved and cut is not None:
         # A new truncate: every row whose change is before it goes, in every partition.
         final_rows = final_rows.filter(at_or_after(table.sequence_by, cut.values))
-    small_keys = with_broadcast_hint(keys_df, broadcast)
-    remembered = delta.read_snapshot(spark, tombstones).join(small_keys, on=keys, how="left_semi")
     # Every current row of a changed key is ranked, so a key left twice in the touched
     # partitions comes out once. A recompute (a commit landed before ours) ranks every row of
     # them: cheap insurance against rows doubled by a writer that is not this step, such as an
     # OPTIMIZE racing an overwrite that was not exclusive.
     heal = attempt > 1
+    small_keys = with_broadcast_hint(changed.frame, changed.broadcast)
+    tombstone_rows = delta.read_snapshot(spark, tombstones)
+    present = (_columns(final, final_rows), _columns(tombstones, tombstone_rows))
+    remembered = tombstone_rows.join(small_keys, on=keys, how="left_semi")
     current = final_rows if heal else final_rows.join(small_keys, on=keys, how="left_semi")
-    present = [
-        snapshot.schema.fieldNames() if snapshot.schema is not None else None
-        for snapshot in (final, tombstones)
-    ]
-    candidates = _candidates(changes, change_columns, current, remembered, keys, present)
-    filled, winners, observation = _ranked(table, candidates, change_columns)
+    candidates = _candidates(changes, change_columns, current, remembered, present)
+    filled, winners, observation = _ranked(table, candidates, changes, change_columns)
     output = _routed_output(table, winners, final_rows, small_keys, change_columns, heal)
     if moved and cut is not None and cut.rows is not None:
         # Remembered (keys null) so later runs drop changes ordered before it.
@@ -212,31 +209,31 @@ def plan_rewrite(
     return Plan(touched, output, filled, observation, winners, forced=moved, replaced=replaced)
 
 
+def _columns(snapshot: delta.Snapshot, rows: DataFrame) -> list[str]:
+    """The columns of a snapshot's rows: from its log when known (no request to Spark)."""
+    return snapshot.schema.fieldNames() if snapshot.schema is not None else rows.columns
+
+
 def _ranked(
-    table: TableConfig, candidates: DataFrame, change_columns: list[str]
+    table: TableConfig, candidates: DataFrame, changes: DataFrame, change_columns: list[str]
 ) -> tuple[DataFrame, DataFrame, Observation]:
     """The changes with the values they did not carry filled in, the winner of every key
     (observed for the verdict), and the observation."""
     keys = list(table.keys)
-    # The ranked rows' columns, known here (each `.columns` of a new frame is a request to
-    # Spark Connect): the changes' and the marks; the absent-value fill adds its own.
     has_absent = ABSENT in change_columns
-    candidate_columns = None if has_absent else [*change_columns, *MARKS]
-    # A tie (the same delete staged again and already remembered) goes to the remembered copy,
-    # so a delete that wins is new exactly when it is not a remembered one; a tie between a
-    # change and its copy in final goes to the copy, so a change applied before is no change.
-    tiebreak = [F.col(REMEMBERED).desc(), F.col(FROM_CHANGE).asc()]
-    order = ranking_order(change_columns, table.sequence_by, tiebreak)
+    columns = [*change_columns, REMEMBERED, FROM_CHANGE]
+    filled = changes  # nothing to fill: the changes are what history logs
     if has_absent:
+        tiebreak = [F.col(c).desc() if descending else F.col(c).asc() for c, descending in TIEBREAK]
+        order = ranking_order(change_columns, table.sequence_by, tiebreak)
         candidates = fill_absent(candidates, keys, order, FROM_CHANGE)
-    filled = candidates.filter(F.col(FROM_CHANGE)).select(*change_columns)
-    winners, observation = observed_verdict(
-        latest_change_per_key(
-            candidates, keys, table.sequence_by, tiebreak=tiebreak, columns=candidate_columns
-        ),
-        has_absent,
-    )
-    return filled, winners, observation
+        columns = candidates.columns
+        filled = candidates.where(quoted(FROM_CHANGE)).selectExpr(
+            *ranking_sql.names(change_columns)
+        )
+    ranking = ranking_sql.ranking(columns, keys, table.sequence_by, MARKS, RANK, TIEBREAK)
+    latest = candidates.selectExpr("*", *ranking).where(f"{quoted(RANK)} = 1").drop(RANK)
+    return (filled, *observed_verdict(latest, has_absent))
 
 
 def _touched_rows(
@@ -275,33 +272,29 @@ def _candidates(
     change_columns: list[str],
     current: DataFrame,
     remembered: DataFrame,
-    keys: list[str],
-    present: Sequence[Sequence[str] | None] = (None, None),
+    present: tuple[list[str], list[str]],
 ) -> DataFrame:
     """The rows ranked per key: the changes, the current rows (U) and the remembered deletes (D)
-    of their keys, marked REMEMBERED / FROM_CHANGE and with their key's CURRENT_ROWS (MARKS).
-    `present`: the columns of final's and of tombstones' rows, when known."""
-
-    def marks(remembered: bool, from_change: bool) -> list[Column]:
-        return [F.lit(remembered).alias(REMEMBERED), F.lit(from_change).alias(FROM_CHANGE)]
-
+    of their keys, marked REMEMBERED / FROM_CHANGE. `present`: the columns of final's and of
+    tombstones' rows."""
+    marks = (REMEMBERED, FROM_CHANGE)
     # The three have the same columns in the same order: a union by position is the same
     # union, without the projection a union by name adds (and the driver analyses again).
-    candidates = (
-        changes.select(*change_columns, *marks(False, True))
-        .union(as_changes(current, change_columns, "U", marks(False, False), present[0]))
-        .union(as_changes(remembered, change_columns, "D", marks(True, False), present[1]))
+    return (
+        changes.selectExpr(
+            *ranking_sql.names(change_columns), *ranking_sql.flags(False, True, marks)
+        )
+        .union(
+            as_changes(
+                current, change_columns, "U", ranking_sql.flags(False, False, marks), present[0]
+            )
+        )
+        .union(
+            as_changes(
+                remembered, change_columns, "D", ranking_sql.flags(True, False, marks), present[1]
+            )
+        )
     )
-    # Each ranked row knows how many rows of final its key has (same window partitioning as
-    # the ranking: no second shuffle), so the verdict below needs no other join.
-    is_current = ~F.col(REMEMBERED) & ~F.col(FROM_CHANGE)
-    candidates = candidates.withColumn(
-        CURRENT_ROWS,
-        F.sum(F.when(is_current, 1).otherwise(0)).over(
-            Window.partitionBy(*[F.col(k) for k in keys])
-        ),
-    )
-    return candidates
 
 
 def _routed_output(
@@ -315,29 +308,23 @@ def _routed_output(
     """Final's new rows and the new tombstones in one frame, told apart by ROUTE: the winners,
     and (unless healing) the other rows of the files replaced copied as they are."""
     keys = list(table.keys)
-    is_delete = F.col(FLAG) == "D"
     output_columns = [c for c in change_columns if c not in (FLAG, ABSENT)]
-    tombstone_columns = {*keys, *table.sequence_by, *ARRIVAL}
+    tombstone_columns = [*keys, *table.sequence_by, *ARRIVAL]
     # One ranking feeds both tables: the upserts go to final, the new deletes to tombstones
-    # (with their other columns null).
-    ranked = winners.filter(~is_delete | ~F.col(REMEMBERED)).select(
-        *[
-            F.col(c) if c in tombstone_columns else F.when(~is_delete, F.col(c)).alias(c)
-            for c in output_columns
-        ],
-        F.when(is_delete, F.lit("tombstones")).otherwise(F.lit("final")).alias(ROUTE),
-    )
+    # (with their other columns null); a delete already remembered goes nowhere.
+    ranked = winners.where(
+        f"NOT ({ranking_sql.is_delete()}) OR NOT {quoted(REMEMBERED)}"
+    ).selectExpr(*ranking_sql.routed(output_columns, tombstone_columns, ROUTE))
     if table.partition_column is not None:
         # One task per partition value: one new file per touched partition, not one per task
         # (the new tombstones, partition null, in one more).
         ranked = ranked.repartition(table.partition_column)
     unchanged = (
         final_rows.limit(0) if heal else final_rows.join(small_keys, on=keys, how="left_anti")
-    ).select(*output_columns, F.lit("final").alias(ROUTE))
+    ).selectExpr(*ranking_sql.names(output_columns), f"'final' AS {quoted(ROUTE)}")
     # Both tables' rows in one frame, written by one Spark job (the same columns in the same
     # order: a union by position).
-    output = unchanged.union(ranked)
-    return output
+    return unchanged.union(ranked)
 
 
 def apply_changes(

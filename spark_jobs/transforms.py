@@ -24,6 +24,7 @@ from cdc_pipeline.columns import RANK, SOURCE_TS_MS, TECHNICAL_PREFIX
 from cdc_pipeline.columns import RAW as RAW
 from cdc_pipeline.columns import REASON as REASON
 from cdc_pipeline.columns import ROW as ROW
+from cdc_pipeline.columns import quoted as quoted
 from cdc_pipeline.config import EVENT_FORMATS, TableConfig
 from cdc_pipeline.schema import normalize_type
 
@@ -72,11 +73,6 @@ def unpersist_quietly(frame: DataFrame) -> None:
 def raw_name(column: str) -> str:
     """Name of the column holding a change value as it was read, before typing."""
     return f"{RAW_PREFIX}{column}"
-
-
-def quoted(column: str) -> str:
-    """`column` quoted for `F.col`, so that any name (dots, backticks) is one column."""
-    return "`" + column.replace("`", "``") + "`"
 
 
 def columns_as_json(columns: Sequence[str]) -> Column:
@@ -439,17 +435,22 @@ def arrival_order() -> list[Column]:
     return [F.col(c).desc() for c in ARRIVAL]
 
 
-def ranking_order(
-    columns: Sequence[str], sequence_by: Sequence[str], tiebreak: Sequence[Column] = ()
-) -> list[Column]:
-    """The order of a key's changes, latest first: sequence_by, arrival, the flag, `tiebreak`."""
-    order = [F.col(c).desc() for c in sequence_by] + arrival_order()
+def ranking_columns(columns: Sequence[str], sequence_by: Sequence[str]) -> list[str]:
+    """The columns a key's changes are ordered by, each latest (descending) first: sequence_by,
+    arrival, the flag (when `columns` hold it). One rule for the Column and the SQL text forms."""
+    order = [*sequence_by, *ARRIVAL]
     if FLAG in columns:
         # Equal sequence and arrival means the same change seen twice (staged and in final):
         # any copy is right, but the choice is made deterministic.
-        order.append(F.col(FLAG).desc())
-    order.extend(tiebreak)
+        order.append(FLAG)
     return order
+
+
+def ranking_order(
+    columns: Sequence[str], sequence_by: Sequence[str], tiebreak: Sequence[Column] = ()
+) -> list[Column]:
+    """The order of a key's changes, latest first: `ranking_columns`, then `tiebreak`."""
+    return [F.col(quoted(c)).desc() for c in ranking_columns(columns, sequence_by)] + list(tiebreak)
 
 
 def latest_change_per_key(

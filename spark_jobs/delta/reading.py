@@ -17,6 +17,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import StringType, StructField, StructType
 
+from cdc_pipeline.columns import quoted
 from cdc_pipeline.errors import TableDamagedError
 from cdc_pipeline.paths import Location
 from spark_jobs.storage import store_for
@@ -198,10 +199,9 @@ def read_snapshot(
         rows = [(f.name, *[f.partition_values[c] for c in needs_partition]) for f in files]
         mapping = local_frame(spark, rows, map_schema)
         df = df.join(F.broadcast(mapping), on=FILE_NAME_COLUMN, how="inner")
-    select = [F.col(c) for c in wanted]
-    if with_file_name:
-        select.append(F.col(FILE_NAME_COLUMN))
-    return df.select(*select)
+    # Expression texts: a classic session sends each `F.col` to the JVM as requests of its own.
+    select = [quoted(c) for c in [*wanted, *([FILE_NAME_COLUMN] if with_file_name else [])]]
+    return df.selectExpr(*select)
 
 
 def local_frame(
