@@ -55,3 +55,11 @@ def quoted(column: str) -> str:
     """`column` as one Spark SQL identifier (`F.col`, `selectExpr`), whatever it holds (dots,
     backticks)."""
     return "`" + column.replace("`", "``") + "`"
+
+
+def string_literal(text: str) -> str | None:
+    """`text` as a Spark SQL string literal; None when it holds a quote or a backslash (how
+    Spark reads their escapes depends on `spark.sql.parser.escapedStringLiterals`)."""
+    if "'" in text or "\\" in text:
+        return None
+    return f"'{text}'"

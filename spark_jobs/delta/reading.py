@@ -17,12 +17,17 @@ from pyspark.sql import functions as F
 from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import StringType, StructField, StructType
 
-from cdc_pipeline.columns import quoted
+from cdc_pipeline.columns import quoted, string_literal
 from cdc_pipeline.errors import TableDamagedError
 from cdc_pipeline.paths import Location
 from spark_jobs.storage import store_for
 
 FILE_NAME_COLUMN = "_cdc_file_name"
+FILE_NAME_SOURCE = "_metadata.file_name"  # the name of the file Spark read a row from
+# A read of several partitions gives each row its partition values by a CASE over its file name
+# up to this many set lookups (rows times the values before theirs); above it by joining a map
+# of the files, a broadcast that costs a Spark job in every query (about 20-40 ms here).
+PARTITION_CASE_MAX = 2_000_000
 
 
 @dataclass(frozen=True)
@@ -161,8 +166,9 @@ def read_snapshot(
     values.
 
     Delta data files do not hold partition values; they come from the log: as constants when
-    every file read is in one partition, else joined on each row's file name (a small
-    broadcast map of metadata, not row data).
+    every file read is in one partition, else from each row's file name, by a CASE over the
+    names (`partition_value_texts`) or, for many rows in many partitions, by joining a small
+    broadcast map of the files (metadata, not row data).
     """
     if snapshot.schema is None:
         raise ValueError(f"no Delta table at {snapshot.path}")
@@ -175,7 +181,7 @@ def read_snapshot(
     if not files:
         return local_frame(spark, [], StructType(out_fields))
     if snapshot.partition_columns and len({f.name for f in files}) != len(files):
-        # Partition values are joined on the file name, which must therefore be unique.
+        # Partition values come by the file name, which must therefore be unique.
         raise RuntimeError(
             f"{snapshot.path}: two data files share a base name; cannot restore partitions"
         )
@@ -183,25 +189,59 @@ def read_snapshot(
     paths = [str(snapshot.path / f.path) for f in files]
     df = spark.read.schema(StructType(data_fields)).parquet(*paths)
     needs_partition = [c for c in snapshot.partition_columns if c in wanted]
-    values = {tuple(f.partition_values[c] for c in needs_partition) for f in files}
-    if needs_partition and len(values) == 1:
-        # One partition: its values are constants, no join needed.
-        for column, value in zip(needs_partition, values.pop(), strict=True):
-            constant = F.lit(partition_value_string(value)).cast(schema[column].dataType)
-            df = df.withColumn(column, constant)
-        needs_partition = []
-    if needs_partition or with_file_name:
-        df = df.withColumn(FILE_NAME_COLUMN, F.col("_metadata.file_name"))
-    if needs_partition:
+    values = partition_value_texts(files, needs_partition, schema)
+    select = [values.get(c, quoted(c)) for c in wanted]
+    if with_file_name:
+        select.append(f"{FILE_NAME_SOURCE} AS {quoted(FILE_NAME_COLUMN)}")
+    if len(values) < len(needs_partition):
+        # Many rows in several partitions: each row's values from a broadcast map of its file.
         map_schema = StructType([StructField(FILE_NAME_COLUMN, StringType(), False)])
         for column in needs_partition:
             map_schema.add(schema[column])
         rows = [(f.name, *[f.partition_values[c] for c in needs_partition]) for f in files]
         mapping = local_frame(spark, rows, map_schema)
+        df = df.withColumn(FILE_NAME_COLUMN, F.col(FILE_NAME_SOURCE))
         df = df.join(F.broadcast(mapping), on=FILE_NAME_COLUMN, how="inner")
+        select = [quoted(c) for c in [*wanted, *([FILE_NAME_COLUMN] if with_file_name else [])]]
     # Expression texts: a classic session sends each `F.col` to the JVM as requests of its own.
-    select = [quoted(c) for c in [*wanted, *([FILE_NAME_COLUMN] if with_file_name else [])]]
     return df.selectExpr(*select)
+
+
+def partition_value_texts(
+    files: Sequence[DataFile], columns: Sequence[str], schema: StructType
+) -> dict[str, str]:
+    """Each partition column's value for the rows of `files`, as expression text (`column` ->
+    text): a constant when the files share one value, else a CASE over each row's file name.
+    Empty when some column cannot have one: the CASE adds a set lookup per row for each value
+    before the row's, so it is kept under PARTITION_CASE_MAX lookups a read (unknown row counts
+    count as over), and a file name or value that would need escaping (a quote, a backslash)
+    has none."""
+    counts = [f.num_records for f in files]
+    rows = PARTITION_CASE_MAX + 1 if None in counts else sum(c or 0 for c in counts)
+    texts: dict[str, str] = {}
+    lookups = 0
+    for column in columns:
+        groups: dict[str | None, list[str]] = {}
+        for file in files:
+            value = partition_value_string(file.partition_values[column])
+            groups.setdefault(value, []).append(file.name)
+        values = {v: "NULL" if v is None else string_literal(v) for v in groups}
+        names = {v: [string_literal(n) for n in group] for v, group in groups.items()}
+        if len(groups) > 1:
+            lookups += rows * (len(groups) - 1)
+            if lookups > PARTITION_CASE_MAX or any(None in n for n in names.values()):
+                return {}
+        if None in values.values():
+            return {}
+        kind = schema[column].dataType.simpleString()
+        casts = {v: f"CAST({values[v]} AS {kind})" for v in groups}
+        whens = [
+            f"WHEN {FILE_NAME_SOURCE} IN ({', '.join(str(n) for n in names[v])}) THEN {casts[v]}"
+            for v in groups
+        ]
+        text = casts.popitem()[1] if len(groups) == 1 else f"CASE {' '.join(whens)} END"
+        texts[column] = f"{text} AS {quoted(column)}"
+    return texts
 
 
 def local_frame(

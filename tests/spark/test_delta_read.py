@@ -1,8 +1,11 @@
-"""read_snapshot restores partition values, from one partition (constants) or many (a join)."""
+"""read_snapshot restores partition values: from one partition (constants), from several (a CASE
+over the file names, or a join of a map of the files when that would cost more or a value or
+name needs escaping)."""
 
 from __future__ import annotations
 
 from datetime import date, datetime
+from itertools import combinations
 from pathlib import Path
 
 import pyarrow as pa
@@ -19,6 +22,7 @@ from pyspark.sql.types import (
 )
 
 from spark_jobs import delta
+from spark_jobs.delta import reading
 
 pytestmark = [pytest.mark.spark, pytest.mark.both_modes]
 
@@ -36,6 +40,7 @@ VALUES = [
     (datetime(2024, 1, 1, 0, 0), date(2024, 1, 1), "plain"),
     (datetime(2024, 3, 31, 23, 59, 59, 123456), date(1999, 12, 31), "a b/c=d%e"),
     (None, None, None),
+    (datetime(2001, 2, 3, 4, 5, 6), date(2001, 2, 3), "it's a \\ here"),
 ]
 
 
@@ -43,7 +48,11 @@ def expected(indexes: list[int]) -> list[tuple]:
     return sorted((10 * i + n, *VALUES[i]) for i in indexes for n in range(3))
 
 
-def test_partition_values_from_one_partition_and_from_several(spark, tmp_path: Path) -> None:
+@pytest.mark.parametrize("case_max", [reading.PARTITION_CASE_MAX, 0], ids=["case", "join"])
+def test_partition_values_from_one_partition_and_from_several(
+    spark, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, case_max: int
+) -> None:
+    monkeypatch.setattr(reading, "PARTITION_CASE_MAX", case_max)
     path = tmp_path / "t"
     rows = expected(list(range(len(VALUES))))
     delta.ensure_table(path, SCHEMA, PARTITIONS)
@@ -58,14 +67,22 @@ def test_partition_values_from_one_partition_and_from_several(spark, tmp_path: P
         return sorted(tuple(r) for r in frame.collect())
 
     assert read(snapshot.files) == rows
-    for index, values in enumerate(VALUES):
-        files = [
-            f
-            for f in snapshot.files
-            if delta.partition_value_string(f.partition_values["P_NAME"]) == values[2]
-        ]
-        assert files, f"no file for partition {values}"
-        assert read(files) == expected([index])
+    # Every single partition, every pair, every three (a value with a quote and a backslash
+    # among them or not).
+    for size in (1, 2, 3):
+        for indexes in combinations(range(len(VALUES)), size):
+            names = {VALUES[i][2] for i in indexes}
+            files = [
+                f
+                for f in snapshot.files
+                if delta.partition_value_string(f.partition_values["P_NAME"]) in names
+            ]
+            assert read(files) == expected(list(indexes))
+    # Which form the values took: a CASE over the file names only without the quoted value.
+    plain = [f for f in snapshot.files if "'" not in str(f.partition_values["P_NAME"])]
+    texts = reading.partition_value_texts(plain, PARTITIONS, SCHEMA)
+    assert bool(texts) == bool(case_max) and all("CASE WHEN" in t for t in texts.values())
+    assert not reading.partition_value_texts(snapshot.files, PARTITIONS, SCHEMA)
 
 
 def _dictionaries(path: Path, files: list[delta.DataFile]) -> dict[str, bool]:
