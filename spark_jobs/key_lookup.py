@@ -117,7 +117,10 @@ def _holding(
     ).join(with_broadcast_hint(keys_df, broadcast), on=keys, how="left_semi")
     found: pa.Table | DataFrame | None = None
     if want_found and local_keys is not None:
-        rows = located.toArrow()  # metadata: at most LOCAL_KEYS_MAX keys, with their file names
+        schema = final.schema or located.schema  # the log's (final has files: it has one)
+        fields = [*[schema[k] for k in keys], StructField(delta.FILE_NAME_COLUMN, StringType())]
+        typed = delta.with_known_schema(located, fields)
+        rows = typed.toArrow()  # metadata: at most LOCAL_KEYS_MAX keys, with their file names
         names = set(pc.unique(rows[delta.FILE_NAME_COLUMN]).to_pylist())
         found = rows.select(keys)
     else:
@@ -226,10 +229,12 @@ def changed_keys_on_driver(
     """
     table, spark = context.table, context.spark
     keys, column = list(table.keys), table.partition_column
-    wanted = changes.select(*keys, *([column] if column else []), FLAG)
+    names = [*keys, *([column] if column else []), FLAG]
+    known = changes.schema  # `apply_changes` asked already (the frame keeps it)
+    wanted = delta.with_known_schema(changes.select(*names), [known[c] for c in names])
     summary = wanted.toArrow()  # metadata: at most LOCAL_KEYS_MAX rows of keys and flags
     distinct = summary.select(keys).group_by(keys).aggregate([])
-    schema = StructType([changes.schema[k] for k in keys])  # the frame's schema: no request
+    schema = StructType([known[k] for k in keys])
     frame = delta.local_frame(spark, distinct, schema)
     if column is None:
         return ChangedKeys(frame, distinct, None, frame, distinct, broadcast, schema)

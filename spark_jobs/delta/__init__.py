@@ -44,6 +44,7 @@ from spark_jobs.delta.reading import (
     partition_values_of,
     read_snapshot,
     spark_schema_of,
+    with_known_schema,
 )
 from spark_jobs.delta.writing import (
     ROUTE_COLUMN,
@@ -90,6 +91,7 @@ __all__ = [
     "sleep_before_retry",
     "spark_schema_of",
     "try_commit",
+    "with_known_schema",
     "with_retries",
     "write_files",
     "write_routed",
