@@ -46,6 +46,7 @@ from spark_jobs.key_lookup import (
     changed_keys_in_spark,
     changed_keys_on_driver,
     files_holding_keys,
+    files_in_key_ranges,
     with_broadcast_hint,
 )
 from spark_jobs.notices import warn
@@ -177,7 +178,7 @@ def plan_rewrite(
     landed first: it looks up every key and ranks every row of the touched partitions, so it
     also heals any key left twice there.
     """
-    spark, table = context.spark, context.table
+    table = context.table
     keys = list(table.keys)
     change_columns = changes.columns
     moved = cut is not None and cut.moved
@@ -191,9 +192,8 @@ def plan_rewrite(
     # OPTIMIZE racing an overwrite that was not exclusive.
     heal = attempt > 1
     small_keys = with_broadcast_hint(changed.frame, changed.broadcast)
-    tombstone_rows = delta.read_snapshot(spark, tombstones)
-    present = (_columns(final, final_rows), _columns(tombstones, tombstone_rows))
-    remembered = tombstone_rows.join(small_keys, on=keys, how="left_semi")
+    remembered, tombstone_columns = _remembered(context, tombstones, changed, small_keys)
+    present = (_columns(final, final_rows), tombstone_columns)
     current = final_rows if heal else final_rows.join(small_keys, on=keys, how="left_semi")
     candidates = _candidates(changes, change_columns, current, remembered, present)
     filled, winners, observation = _ranked(table, candidates, changes, change_columns)
@@ -207,6 +207,22 @@ def plan_rewrite(
             )
         )
     return Plan(touched, output, filled, observation, winners, forced=moved, replaced=replaced)
+
+
+def _remembered(
+    context: StepContext, tombstones: delta.Snapshot, changed: ChangedKeys, keys: DataFrame
+) -> tuple[DataFrame, list[str]]:
+    """The remembered deletes of the changed keys (`keys`), and the tombstones' columns. Only
+    the files whose key ranges can hold a changed key are read (keys on the driver); with none,
+    no join either."""
+    files = tombstones.files
+    if changed.local is not None:
+        files = files_in_key_ranges(files, changed.local)
+    rows = delta.read_snapshot(context.spark, tombstones, files=files)
+    columns = _columns(tombstones, rows)
+    if not files:
+        return rows, columns
+    return rows.join(keys, on=list(context.table.keys), how="left_semi"), columns
 
 
 def _columns(snapshot: delta.Snapshot, rows: DataFrame) -> list[str]:
