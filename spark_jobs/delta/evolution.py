@@ -10,7 +10,13 @@ from pyspark.sql.types import StructField, StructType
 
 from cdc_pipeline.paths import Location
 from spark_jobs.delta import committing
-from spark_jobs.delta.reading import load_snapshot, read_snapshot
+from spark_jobs.delta.reading import (
+    Snapshot,
+    load_snapshot,
+    open_table,
+    read_snapshot,
+    spark_schema_of,
+)
 from spark_jobs.delta.writing import write_files
 
 
@@ -74,26 +80,47 @@ def evolve_table(spark: SparkSession, path: Location, target: StructType) -> lis
             except CommitFailedError:
                 return None
             return changes
-        rows = read_snapshot(spark, snapshot).select(
-            *[
-                (F.col(f.name) if f.name in known else F.lit(None)).cast(f.dataType).alias(f.name)
-                for f in new_schema.fields
-            ]
-        )
-        written = write_files(rows, path, snapshot.partition_columns, run_id)
-        try:
-            committing.commit(
-                snapshot,
-                written,
-                "overwrite",
-                "evolve_schema",
-                run_id,
-                schema=new_schema,
-                exclusive=True,
-            )
-        except CommitFailedError:
-            written.delete()
-            return None
-        return changes
+        return changes if _rewrite_widened(spark, snapshot, new_schema, run_id) else None
 
+    if _unchanged(path, target):
+        return []
     return committing.with_retries(f"{path}: changing the schema", attempt)
+
+
+def _unchanged(path: Location, target: StructType) -> bool:
+    """Whether the table at `path` (or none) has every column and type of `target` already:
+    most runs' answer, from the log's schema without listing the table's files."""
+    table = open_table(path)
+    if table is None:
+        return True
+    current = spark_schema_of(table)
+    return evolved_schema(current, target) == current
+
+
+def _rewrite_widened(
+    spark: SparkSession, snapshot: Snapshot, new_schema: StructType, run_id: str
+) -> bool:
+    """Rewrite the whole table with its values cast to `new_schema`, in one overwrite commit
+    that also sets it; False when another commit landed first."""
+    known = {f.name for f in snapshot.schema.fields} if snapshot.schema is not None else set()
+    rows = read_snapshot(spark, snapshot).select(
+        *[
+            (F.col(f.name) if f.name in known else F.lit(None)).cast(f.dataType).alias(f.name)
+            for f in new_schema.fields
+        ]
+    )
+    written = write_files(rows, snapshot.path, snapshot.partition_columns, run_id)
+    try:
+        committing.commit(
+            snapshot,
+            written,
+            "overwrite",
+            "evolve_schema",
+            run_id,
+            schema=new_schema,
+            exclusive=True,
+        )
+    except CommitFailedError:
+        written.delete()
+        return False
+    return True

@@ -27,7 +27,6 @@ LONG_FUNCTIONS = {
     # one Spark pass over final, tombstones and staging per key (one scan, one shuffle)
     "spark_jobs.check._key_breaches": 72,
     # one exclusive overwrite commit with its add-column and widen-type cases
-    "spark_jobs.delta.evolution.evolve_table": 69,
     # the extract vs final comparison as one Spark plan (I, U, D rows)
     "spark_jobs.extracts.derive_changes": 67,
     # the Debezium envelope's column expressions, one per field kind
