@@ -26,7 +26,6 @@ MAX_LINES = 60
 LONG_FUNCTIONS = {
     # one Spark pass over final, tombstones and staging per key (one scan, one shuffle)
     "spark_jobs.check._key_breaches": 72,
-    # one exclusive overwrite commit with its add-column and widen-type cases
     # the extract vs final comparison as one Spark plan (I, U, D rows)
     "spark_jobs.extracts.derive_changes": 67,
     # the Debezium envelope's column expressions, one per field kind
