@@ -77,8 +77,9 @@ TIEBREAK = ((REMEMBERED, True), (FROM_CHANGE, False))
 # Up to this many staged changes, their keys are broadcast to every join (a map-side filter of
 # final, no shuffle of its rows); above it Spark chooses (adaptive execution, shuffle joins).
 BROADCAST_CHANGES_MAX = 1_000_000
-# Up to this many staged changes, the changed keys are collected to the driver (as Arrow) and
-# reach the joins as a local relation; above it they are a cached distinct of the changes.
+# Up to this many staged changes, the changed keys are collected to the driver (as Arrow, for
+# the key-range checks) and the changes are not cached; above it the keys are a cached distinct
+# of the changes.
 LOCAL_KEYS_MAX = 100_000
 
 
