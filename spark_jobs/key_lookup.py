@@ -26,10 +26,11 @@ from spark_jobs.transforms import FLAG, persisted, unpersist_quietly
 
 @dataclass
 class ChangedKeys:
-    """The interval's distinct changed keys and what the changes say about where they live."""
+    """The interval's changed keys and what the changes say about where they live."""
 
-    frame: DataFrame  # every distinct changed key (a distinct of the changes, cached above
-    # LOCAL_KEYS_MAX)
+    # Every changed key: up to LOCAL_KEYS_MAX changes the changes' key columns, a key as often
+    # as it changed (every use is a semi or anti join); above it a cached distinct of them.
+    frame: DataFrame
     local: pa.Table | None  # the same keys on the driver (at most LOCAL_KEYS_MAX changes)
     # The partitions the changes name: the upserts' (with partition_stable also the deletes'
     # row images'); None: unpartitioned.
@@ -223,13 +224,14 @@ def changed_keys_on_driver(
     context: StepContext, changes: DataFrame, broadcast: bool
 ) -> ChangedKeys:
     """The changed keys as Arrow, and their partitions, from one Spark job over the changes;
-    for the joins, a distinct of the changes' keys.
+    for the joins, the changes' key columns.
 
     For at most LOCAL_KEYS_MAX changes: their key ranges are checked on the driver. The joins
     read the keys from the staging files again (a few milliseconds) rather than from a local
     relation of them: Spark analyses a local relation's rows at every analysis of a plan naming
-    it (about 14 ms at 20,000 keys, several times a run; paired runs, Connect, 5M rows: median
-    64 ms less a run at 20,000 changes, 52 ms at 4,000; classic level).
+    it (about 14 ms at 20,000 keys, several times a run). And not their distinct: every join
+    of them is a semi or anti join, which a key named twice leaves as it is, and a distinct is
+    a shuffle, two more jobs before each broadcast of them.
     """
     table = context.table
     keys, column = list(table.keys), table.partition_column
@@ -239,7 +241,7 @@ def changed_keys_on_driver(
     summary = wanted.toArrow()  # metadata: at most LOCAL_KEYS_MAX rows of keys and flags
     distinct = summary.select(keys).group_by(keys).aggregate([])
     schema = StructType([known[k] for k in keys])
-    frame = changes.select(*keys).distinct()
+    frame = changes.select(*keys)
     if column is None:
         return ChangedKeys(frame, distinct, None, frame, distinct, broadcast, schema)
     stable = table.partition_stable
@@ -252,5 +254,5 @@ def changed_keys_on_driver(
     # delete are looked up (a key-only delete names none; a row image may be partial).
     deleted = summary.filter(pc.equal(summary[FLAG], "D")).select(keys)
     lookup = deleted.group_by(keys).aggregate([])
-    deleted_keys = changes.filter(F.col(FLAG) == "D").select(*keys).distinct()
+    deleted_keys = changes.filter(F.col(FLAG) == "D").select(*keys)
     return ChangedKeys(frame, distinct, partitions, deleted_keys, lookup, broadcast, schema)
