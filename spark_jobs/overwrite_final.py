@@ -81,6 +81,10 @@ BROADCAST_CHANGES_MAX = 1_000_000
 # the key-range checks) and the changes are not cached; above it the keys are a cached distinct
 # of the changes.
 LOCAL_KEYS_MAX = 100_000
+# Up to this many rows read for the ranking (the changes, the rows of final's files that hold a
+# changed key, the remembered deletes' files), one task ranks them: no shuffle by key before the
+# ranking and none by partition after it, two Spark jobs fewer than spreading them over tasks.
+ONE_TASK_ROWS = 1_000_000
 
 
 @dataclass
@@ -193,12 +197,17 @@ def plan_rewrite(
     # OPTIMIZE racing an overwrite that was not exclusive.
     heal = attempt > 1
     small_keys = with_broadcast_hint(changed.frame, changed.broadcast)
-    remembered, tombstone_columns = _remembered(context, tombstones, changed, small_keys)
+    remembered, tombstone_columns, remembered_files = _remembered(
+        context, tombstones, changed, small_keys
+    )
     present = (_columns(final, final_rows), tombstone_columns)
     current = final_rows if heal else final_rows.join(small_keys, on=keys, how="left_semi")
     candidates = _candidates(changes, change_columns, current, remembered, present)
+    one_task = _in_one_task(changed, replaced, remembered_files)
+    if one_task:
+        candidates = candidates.coalesce(1)
     filled, winners, observation = _ranked(table, candidates, changes, change_columns)
-    output = _routed_output(table, winners, final_rows, small_keys, change_columns, heal)
+    output = _routed_output(table, winners, final_rows, small_keys, change_columns, heal, one_task)
     if moved and cut is not None and cut.rows is not None:
         # Remembered (keys null) so later runs drop changes ordered before it.
         output = output.unionByName(
@@ -212,18 +221,34 @@ def plan_rewrite(
 
 def _remembered(
     context: StepContext, tombstones: delta.Snapshot, changed: ChangedKeys, keys: DataFrame
-) -> tuple[DataFrame, list[str]]:
-    """The remembered deletes of the changed keys (`keys`), and the tombstones' columns. Only
-    the files whose key ranges can hold a changed key are read (keys on the driver); with none,
-    no join either."""
+) -> tuple[DataFrame, list[str], list[delta.DataFile]]:
+    """The remembered deletes of the changed keys (`keys`), the tombstones' columns and the
+    files read. Only the files whose key ranges can hold a changed key are read (keys on the
+    driver); with none, no join either."""
     files = tombstones.files
     if changed.local is not None:
         files = files_in_key_ranges(files, changed.local)
     rows = delta.read_snapshot(context.spark, tombstones, files=files)
     columns = _columns(tombstones, rows)
     if not files:
-        return rows, columns
-    return rows.join(keys, on=list(context.table.keys), how="left_semi"), columns
+        return rows, columns, files
+    return rows.join(keys, on=list(context.table.keys), how="left_semi"), columns, files
+
+
+def _in_one_task(
+    changed: ChangedKeys,
+    replaced: list[delta.DataFile] | None,
+    remembered: list[delta.DataFile],
+) -> bool:
+    """Whether one task ranks the changes: a first attempt (only the files holding a changed
+    key are read, `replaced`), the keys on the driver, and at most ONE_TASK_ROWS rows read in
+    all by the files' own counts. A recompute, a truncate or a large change set spreads them."""
+    if replaced is None or changed.local is None:
+        return False
+    counts = [f.num_records for f in (*replaced, *remembered)]
+    if any(n is None for n in counts):
+        return False
+    return changed.local.num_rows + sum(n or 0 for n in counts) <= ONE_TASK_ROWS
 
 
 def _columns(snapshot: delta.Snapshot, rows: DataFrame) -> list[str]:
@@ -321,9 +346,11 @@ def _routed_output(
     small_keys: DataFrame,
     change_columns: list[str],
     heal: bool,
+    one_task: bool = False,
 ) -> DataFrame:
     """Final's new rows and the new tombstones in one frame, told apart by ROUTE: the winners,
-    and (unless healing) the other rows of the files replaced copied as they are."""
+    and (unless healing) the other rows of the files replaced copied as they are. `one_task`:
+    the winners come from one task already."""
     keys = list(table.keys)
     output_columns = [c for c in change_columns if c not in (FLAG, ABSENT)]
     tombstone_columns = [*keys, *table.sequence_by, *ARRIVAL]
@@ -332,7 +359,7 @@ def _routed_output(
     ranked = winners.where(
         f"NOT ({ranking_sql.is_delete()}) OR NOT {quoted(REMEMBERED)}"
     ).selectExpr(*ranking_sql.routed(output_columns, tombstone_columns, ROUTE))
-    if table.partition_column is not None:
+    if table.partition_column is not None and not one_task:
         # One task per partition value: one new file per touched partition, not one per task
         # (the new tombstones, partition null, in one more).
         ranked = ranked.repartition(table.partition_column)

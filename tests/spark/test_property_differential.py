@@ -29,6 +29,7 @@ from hypothesis import HealthCheck, event, example, given, settings
 from hypothesis import strategies as st
 
 from cdc_pipeline.paths import TablePaths
+from spark_jobs import overwrite_final
 from spark_jobs.common import StepReport
 from tests.helpers import Workspace, table_rows
 from tests.property_model import Landed, TableModel
@@ -301,6 +302,20 @@ def test_partition_stable_streams_match_the_model(spark, scenario: Scenario) -> 
     """The same, for a table declared partition_stable whose keys never move: the lookup runs
     only for key-only deletes, and the result must not differ."""
     check_against_model(spark, scenario, {**CONFIG, "partition_stable": True})
+
+
+@settings(
+    max_examples=3,
+    **SPARK_EXAMPLES,
+)
+@given(scenario=scenarios())
+@example(scenario=NASTY)
+def test_streams_ranked_over_many_tasks_match_the_model(spark, scenario: Scenario) -> None:
+    """The same with the ranking spread over tasks (a shuffle by key before it, one by
+    partition after it), as for a change set too large for one task: these small ones are
+    otherwise ranked in one task."""
+    with mock.patch.object(overwrite_final, "ONE_TASK_ROWS", -1):
+        check_against_model(spark, scenario, CONFIG)
 
 
 def check_against_model(spark: Any, scenario: Scenario, config: dict[str, Any]) -> None:
