@@ -177,11 +177,12 @@ def plan_rewrite(
 ) -> Plan:
     """Rank the changes against the current rows and tombstones of their keys.
 
-    Only the changed keys are ranked (a shuffle the size of the change set); the other rows of
-    the files replaced are copied through a map-side anti join (broadcast keys when they are
-    few enough), without a shuffle or sort. `attempt` > 1 is a recompute after another commit
-    landed first: it looks up every key and ranks every row of the touched partitions, so it
-    also heals any key left twice there.
+    Only the changed keys are ranked (in one task when few rows are read for it, else a
+    shuffle the size of the change set); the other rows of the files replaced are copied
+    through a map-side anti join (broadcast keys when they are few enough), without a shuffle
+    or sort. `attempt` > 1 is a recompute after another commit landed first: it looks up every
+    key and ranks every row of the touched partitions, so it also heals any key left twice
+    there.
     """
     table = context.table
     keys = list(table.keys)
