@@ -74,7 +74,10 @@ def truncate_cut(context: StepContext, changes: DataFrame) -> Cut | None:
     latest_old = _latest(remembered, sequence_by)[0] if remembered is not None else None
     if latest_new is None and latest_old is None:
         return None
-    if latest_new is not None and (latest_old is None or latest_new > latest_old):
+    # A pending truncate equal to the remembered one is cut again: tombstones are committed
+    # before final, so a run killed between the two remembers a cut final never got (cutting
+    # twice removes nothing more).
+    if latest_new is not None and (latest_old is None or latest_new >= latest_old):
         return Cut(latest_new, True, new, count)
     assert latest_old is not None
     return Cut(latest_old, False, None)
