@@ -33,17 +33,29 @@ from cdc_airflow.backends import (
     StepCall,
     SubmitBackend,
     environment_applied,
+    kafka_environment,
     object_store_environment,
 )
 from cdc_airflow.operations import dag_arguments, task_arguments
 from cdc_pipeline.config import ConfigLoadResult, default_config_path, load_table_configs
 from cdc_pipeline.jvm import utf8_locale
+from cdc_pipeline.paths import spark_jars
 from cdc_pipeline.planning import DagPlan, TaskPlan, cron_of, is_due, plan_table_dag
 from cdc_pipeline.steps import ERROR_XCOM, step_named
 
 log = logging.getLogger(__name__)
-SPARK_JOBS_DIR = Path(__file__).resolve().parent.parent / "spark_jobs"
-JARS_DIR = SPARK_JOBS_DIR.parent / "jars"
+
+
+def package_dir(name: str) -> Path:
+    """Where an installed package's modules are (found without importing it)."""
+    spec = importlib.util.find_spec(name)
+    if spec is None or not spec.submodule_search_locations:
+        raise RuntimeError(f"the package {name} is not installed in the Python running Airflow")
+    return Path(next(iter(spec.submodule_search_locations))).resolve()
+
+
+# The steps' programs spark-submit runs, and Spark's logging set-up, ship in the package.
+SPARK_JOBS_DIR = package_dir("spark_jobs")
 LOG4J_OPTION = f"-Dlog4j2.configurationFile=file:{SPARK_JOBS_DIR / 'log4j2.properties'}"
 DEFAULT_ARGS = {
     "owner": "cdc",
@@ -89,7 +101,8 @@ class CdcStepOperator(BaseOperator, SkipMixin):
     The connection's type picks the backend (cdc_airflow.backends): `spark_connect` runs the step
     in this task process as a client of the server; `spark` spark-submits the step's module.
     The object store's credentials come from the worker's environment or, when it exists, the
-    connection `object_store_conn_id` (`cdc_object_store`).
+    connection `object_store_conn_id` (`cdc_object_store`); a Kafka table's client settings
+    from the connection `kafka_conn_id` (or the worker's CDC_KAFKA_* variables without one).
     Either way the summary line is logged and the counts are returned (so, pushed to XCom). An
     interval with no landed file and no staged batch is a no-op reported without any Spark.
     """
@@ -104,6 +117,7 @@ class CdcStepOperator(BaseOperator, SkipMixin):
         application_args: Sequence[str] = (),
         conn_id: str = "spark_default",
         object_store_conn_id: str = OBJECT_STORE_CONN_ID,
+        kafka_conn_id: str | None = None,
         name: str = "cdc",
         config_path: str | None = None,
         maintenance_schedule: str | None = None,
@@ -121,6 +135,7 @@ class CdcStepOperator(BaseOperator, SkipMixin):
         self.application_args = list(application_args)
         self.conn_id = conn_id
         self.object_store_conn_id = object_store_conn_id
+        self.kafka_conn_id = kafka_conn_id
         self.config_path = config_path
         self.maintenance_after = maintenance_after or {}
         self.maintenance_schedule = maintenance_schedule
@@ -159,6 +174,8 @@ class CdcStepOperator(BaseOperator, SkipMixin):
         self._backend = self.backend()
         try:
             self._object_store_env = object_store_environment(self.object_store_conn_id)
+            if self.kafka_conn_id is not None:
+                self._object_store_env.update(kafka_environment(self.kafka_conn_id))
             self._applied.enter_context(environment_applied(self._object_store_env))
             report = self._backend.run(self.step_call(context))
         except Exception as error:
@@ -256,11 +273,13 @@ def build_task(plan: DagPlan, task: TaskPlan, config_path: Path) -> CdcStepOpera
         application=str(SPARK_JOBS_DIR / f"{task.step}.py"),
         application_args=list(task.arguments),
         conn_id=plan.conn_id,
+        kafka_conn_id=plan.kafka_conn_id,
         name=f"cdc-{plan.table}-{task.task_id}",
         spark_binary=str(Path(sys.executable).parent / "spark-submit"),
         env_vars=spark_environment(config_path),
-        # The jars `make install` fetched (Delta Lake's reader), on spark-submit's driver too.
-        jars=",".join(str(j) for j in sorted(JARS_DIR.glob("*.jar"))) or None,
+        # The jars of CDC_SPARK_JARS or the checkout's jars/ (Delta Lake's reader), on
+        # spark-submit's driver too.
+        jars=",".join(str(j) for j in spark_jars()) or None,
         max_active_tis_per_dag=1,
         trigger_rule="none_failed" if task.is_maintenance else "all_success",
         **task_arguments(plan, task),

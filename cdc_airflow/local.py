@@ -24,9 +24,10 @@ from typing import Any
 
 from cdc_airflow.connect_server import ConnectServer, free_port
 from cdc_airflow.connect_server import start as start_connect_server
+from cdc_airflow.dag_files import write_dag_files
 from cdc_pipeline.config import project_root
 from cdc_pipeline.jvm import connect_address
-from cdc_pipeline.paths import Location
+from cdc_pipeline.paths import Location, source_checkout
 
 BIN = Path(sys.executable).parent
 LOCAL_SPARK = '{"conn_type": "spark", "host": "local[2]"}'  # spark-submit mode
@@ -109,7 +110,8 @@ def json_rows(output: str) -> list[dict[str, Any]]:
 
 @dataclass
 class LocalAirflow:
-    """An Airflow home reading this repo's dags/ and plugins/ with a given CDC config and data roots."""
+    """An Airflow home with a given CDC config and data roots, reading the checkout's dags/ and
+    plugins/, or (the package installed) the DAG files it writes into its home's dags/."""
 
     home: Path
     config: Path
@@ -170,13 +172,24 @@ class LocalAirflow:
         """The admin's password (written at the first migrate)."""
         return str(json.loads(self.passwords_file.read_text())["admin"])
 
+    @property
+    def dags_folder(self) -> Path:
+        """The checkout's dags/; installed, dags/ in the home (`migrate` writes its files)."""
+        checkout = source_checkout()
+        return checkout / "dags" if checkout is not None else self.home / "dags"
+
+    @property
+    def plugins_folder(self) -> Path:
+        """The checkout's plugins/, else the home's (the view comes by its entry point)."""
+        checkout = source_checkout()
+        return checkout / "plugins" if checkout is not None else self.home / "plugins"
+
     def environment(self) -> dict[str, str]:
-        root = project_root()
         env = dict(os.environ)
         env.update(
             AIRFLOW_HOME=str(self.home),
-            AIRFLOW__CORE__DAGS_FOLDER=str(root / "dags"),
-            AIRFLOW__CORE__PLUGINS_FOLDER=str(root / "plugins"),
+            AIRFLOW__CORE__DAGS_FOLDER=str(self.dags_folder),
+            AIRFLOW__CORE__PLUGINS_FOLDER=str(self.plugins_folder),
             AIRFLOW__CORE__LOAD_EXAMPLES="False",
             # SQLite allows one writer: wait up to 60 s for a lock instead of failing at once.
             AIRFLOW__DATABASE__SQL_ALCHEMY_CONN=f"sqlite:///{self.home}/airflow.db?timeout=60",
@@ -251,6 +264,9 @@ class LocalAirflow:
         if not self.passwords_file.exists():
             write_private(self.passwords_file, json.dumps({"admin": secrets.token_urlsafe(12)}))
         self.passwords_file.chmod(0o600)  # a file left by an older version may be 0644
+        if source_checkout() is None:
+            write_dag_files(self.dags_folder)
+            self.plugins_folder.mkdir(exist_ok=True)
         self.airflow("db", "migrate")
         self.create_pools()
 

@@ -9,16 +9,42 @@ from pathlib import Path
 
 from cdc_pipeline.errors import UsageError
 
+JARS_ENV = "CDC_SPARK_JARS"
+
+
+def source_checkout() -> Path | None:
+    """The source checkout the packages run from (the folder holding pyproject.toml beside
+    them: `make install`'s editable install), or None when installed from a wheel."""
+    root = Path(__file__).resolve().parent.parent
+    return root if (root / "pyproject.toml").is_file() else None
+
 
 def project_root() -> Path:
-    """The repository root (the folder holding config/ and dags/)."""
-    return Path(__file__).resolve().parent.parent
+    """Where config/, landing/ and warehouse/ are by default: the source checkout when running
+    from one, else the working directory (an installed package reads nothing beside itself)."""
+    return source_checkout() or Path.cwd()
 
 
 def default_config_path() -> Path:
     """`CDC_CONFIG`, else config/tables.yaml under the project root."""
     env = os.environ.get("CDC_CONFIG")
     return Path(env) if env else project_root() / "config" / "tables.yaml"
+
+
+def spark_jars_dir() -> Path | None:
+    """The folder of extra jars every Spark session loads (Delta Lake's reader, S3A):
+    `CDC_SPARK_JARS`, else the checkout's jars/ (`make install` fills it), else None: none."""
+    env = os.environ.get(JARS_ENV)
+    if env:
+        return Path(env).resolve()
+    checkout = source_checkout()
+    return checkout / "jars" if checkout is not None else None
+
+
+def spark_jars() -> list[Path]:
+    """The jars of `spark_jars_dir()`, by name (none when it is unset or missing)."""
+    folder = spark_jars_dir()
+    return sorted(folder.glob("*.jar")) if folder is not None else []
 
 
 def display_path(path: Path) -> str:

@@ -15,10 +15,10 @@ from pyspark.sql import SparkSession
 
 from cdc_pipeline.errors import SparkUnavailableError, UsageError
 from cdc_pipeline.jvm import utf8_locale
+from cdc_pipeline.paths import spark_jars
 from spark_jobs.object_store import s3a_conf
 
-LOG4J_FILE = Path(__file__).with_name("log4j2.properties")
-JARS_DIR = Path(__file__).resolve().parent.parent / "jars"  # filled by `make install`
+LOG4J_FILE = Path(__file__).with_name("log4j2.properties")  # package data
 
 # Settings the Delta adapter and the transforms rely on; applied to any session, also one
 # that spark-submit created or a Connect server holds, because they are runtime SQL settings.
@@ -51,8 +51,9 @@ def shuffle_partitions() -> str:
 
 
 def project_jars() -> list[Path]:
-    """The jars `make install` fetched (Delta Lake for Spark: docker/jars-pom.xml), by name."""
-    return sorted(JARS_DIR.glob("*.jar"))
+    """The jars every session loads, by name: those of `CDC_SPARK_JARS`, else of the checkout's
+    jars/ that `make install` fetched (Delta Lake for Spark: docker/jars-pom.xml)."""
+    return spark_jars()
 
 
 def delta_conf() -> dict[str, str]:

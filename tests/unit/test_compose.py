@@ -306,6 +306,7 @@ def test_every_project_container_has_an_init_the_notifiers_and_the_hosts_config(
     dockerfile = (REPO / "Dockerfile").read_text()
     assert "mvn -q -B -f /build/jars-pom.xml dependency:copy-dependencies" in dockerfile
     assert "COPY --from=jars /build/jars /opt/cdc/jars" in dockerfile
+    assert "CDC_SPARK_JARS=/opt/cdc/jars" in dockerfile  # not beside the installed package
     assert "jars" in (REPO / ".dockerignore").read_text().splitlines()
 
 
@@ -319,7 +320,13 @@ def test_the_image_installs_the_project_fab_and_clients_under_the_committed_cons
     dockerfile = (REPO / "Dockerfile").read_text()
     assert "openjdk-17-jre-headless" in dockerfile and " curl" in dockerfile
     install = dockerfile[dockerfile.index("RUN pip install") :].split("ENV")[0]
-    assert '--constraint docker/constraints.txt -e ".[deploy]"' in install
+    # The built wheel with its `deploy` extra, as users install the package: no source tree in
+    # the image (editable or not) that `python -m` could import from the working directory.
+    assert "RUN pip wheel --no-cache-dir --no-deps --wheel-dir /dist /src" in dockerfile
+    assert '--constraint docker/constraints.txt "$(ls /tmp/dist/*.whl)[deploy]"' in install
+    assert " -e " not in dockerfile and "COPY . ." not in dockerfile
+    for folder in ("config", "dags", "plugins"):
+        assert f"COPY {folder} /opt/cdc/{folder}" in dockerfile, folder
     assert "pip check" in install
     # The image's extras are pyproject's `deploy` extra, which the topology test's venv
     # (make: .tools/deploy) installs under the same constraints.

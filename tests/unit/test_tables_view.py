@@ -20,10 +20,10 @@ from fastapi import FastAPI
 from fastapi.testclient import TestClient
 
 from cdc_airflow import table_status
+from cdc_airflow import tables_view as view
 from cdc_airflow.table_status import RunPoint, freshness_of, read_check, run_point
 from cdc_pipeline.config import load_table_configs
 from cdc_pipeline.paths import TablePaths
-from plugins import cdc_tables_view as view
 
 NOW = datetime(2024, 3, 1, 12, 30, tzinfo=UTC)
 PAGE = "/airflow/cdc-tables/"  # the view as the browser asks for it under a /airflow sub-path
@@ -291,8 +291,13 @@ def test_a_late_table_is_red(client: TestClient, monkeypatch: pytest.MonkeyPatch
     page = client.get(f"{PAGE}").text
     row = page[page.index('id="table-alpha"') :]
     # The file waiting since 11:00 had to be applied by 13:00 (freshness 2h).
-    assert row.split("<td", 3)[2].startswith(' class="late"')
+    cells = row.split("<td", 4)
+    assert cells[3].startswith(' class="late"')
     assert "past deadline 2024-03-01 13:00Z" in row
+    # The one health state says the same, with the reason, and so does the header.
+    assert cells[1].startswith(' class="health"><span class="health error">error</span>')
+    assert "<li>2.0 h behind (error after 2.0 h)</li>" in cells[1]
+    assert "tables: 1 error, " in page
 
 
 def test_without_login_the_page_redirects_relatively_and_the_json_is_refused(
@@ -365,8 +370,13 @@ def test_the_last_run_whatever_its_state_paused_dags_and_a_quarantine_rate_past_
     )
     # 5 of the 19 rows read over the 3 finished runs with counts: 26.3%, past 5%: red.
     assert '<span class="over">26.3% of rows read (limit 5.0%)</span>' in alpha
-    assert "2 failed" in alpha and "paused" not in alpha.split("</td>")[0]
-    assert '<span class="state paused">paused</span>' in beta.split("</td>")[0]
+    assert "2 failed" in alpha and "paused" not in alpha.split("</td>")[1]
+    assert '<span class="state paused">paused</span>' in beta.split("</td>")[1]
+    # Alpha's last finished run failed: its health is error, naming the task and the reason.
+    assert (
+        '<span class="health error">error</span><ul class="reasons"><li>last run failed: '
+        "overwrite_final: error: overwrite-final alpha: TableDamagedError: x</li>"
+    ) in alpha
     assert '<span class="state running">running</span>' in beta
     # Beta's sparklines hold its 3 finished runs, not the running one.
     assert "over 3 runs" in beta
