@@ -7,6 +7,7 @@ DEBEZIUM_STAMP := .tools/debezium-server/.fetched
 MOTO_STAMP := .tools/moto/.installed
 DEPLOY_STAMP := .tools/deploy/.installed
 TEST_CATALOG_STAMP := .tools/spark-test-catalog/.fetched
+KAFKA_STAMP := .tools/kafka/.fetched
 
 .PHONY: install demo test lint typecheck clean system airflow bench bench-smoke bench-cycle
 
@@ -56,6 +57,14 @@ $(DEBEZIUM_STAMP): docker/debezium-pom.xml | system
 	  -DoutputDirectory=$(CURDIR)/.tools
 	@touch $(DEBEZIUM_STAMP)
 
+# A Kafka broker's jars for the Kafka tests (docker/kafka-pom.xml; tests/kafka.py runs a KRaft
+# single node from them), copied once.
+$(KAFKA_STAMP): docker/kafka-pom.xml | system
+	rm -rf .tools/kafka && mkdir -p .tools/kafka
+	mvn -q -B -f docker/kafka-pom.xml dependency:copy-dependencies \
+	  -DoutputDirectory=$(CURDIR)/.tools/kafka
+	@touch $(KAFKA_STAMP)
+
 # Spark's in-memory row-level test table for the AUTO CDC benchmark (docker/spark-test-catalog-pom.xml).
 $(TEST_CATALOG_STAMP): docker/spark-test-catalog-pom.xml | system
 	rm -rf .tools/spark-test-catalog && mkdir -p .tools/spark-test-catalog
@@ -90,7 +99,8 @@ lint: install
 typecheck: install
 	$(BIN)/mypy
 
-test: install lint typecheck $(DEBEZIUM_STAMP) $(MOTO_STAMP) $(DEPLOY_STAMP) $(TEST_CATALOG_STAMP)
+test: install lint typecheck $(DEBEZIUM_STAMP) $(MOTO_STAMP) $(DEPLOY_STAMP) $(TEST_CATALOG_STAMP) \
+  $(KAFKA_STAMP)
 	$(BIN)/python -m pytest tests
 	$(MAKE) bench-smoke
 

@@ -37,7 +37,12 @@ from airflow.sdk.exceptions import (
     AirflowNotFoundException,
 )
 
-from cdc_pipeline.errors import ConfigError, SparkUnavailableError, TableDamagedError, UsageError
+from cdc_pipeline.errors import (
+    PERMANENT_ERRORS,
+    ConfigError,
+    SourceUnavailableError,
+    SparkUnavailableError,
+)
 from cdc_pipeline.jvm import connect_address
 from cdc_pipeline.steps import Step
 
@@ -99,6 +104,27 @@ def object_store_environment(conn_id: str = OBJECT_STORE_CONN_ID) -> dict[str, s
     return {name: value for name, value in found.items() if value}
 
 
+def kafka_environment(conn_id: str) -> dict[str, str]:
+    """A Kafka table's client settings as the step reads them (`CDC_KAFKA_<PROPERTY>`), from
+    the Airflow connection `conn_id` of the Kafka provider's type: its extra holds the client
+    properties (`bootstrap.servers`, `security.protocol`, `sasl.*`, ...); a host[:port] stands
+    for bootstrap.servers when the extra has none. Empty when the connection does not exist
+    (the worker's own CDC_KAFKA_* variables apply)."""
+    try:
+        connection = BaseHook.get_connection(conn_id)
+    except AirflowNotFoundException:
+        return {}
+    properties = {str(k): str(v) for k, v in connection.extra_dejson.items() if v is not None}
+    if "bootstrap.servers" not in properties and connection.host:
+        host = connection.host + (f":{connection.port}" if connection.port else "")
+        properties["bootstrap.servers"] = host
+    if connection.login and "sasl.username" not in properties:
+        properties["sasl.username"] = connection.login
+    if connection.password and "sasl.password" not in properties:
+        properties["sasl.password"] = connection.password
+    return {"CDC_KAFKA_" + k.upper().replace(".", "_"): v for k, v in properties.items()}
+
+
 @contextmanager
 def environment_applied(values: Mapping[str, str]) -> Iterator[None]:
     """`values` in os.environ while the block runs (the step reads its S3 settings there), then
@@ -138,6 +164,9 @@ class ConnectBackend:
                 raise
             except SparkUnavailableError as error:  # down when the step's session started
                 raise self.unreachable(call.conn_id, error.reason) from error
+            except SourceUnavailableError as error:  # a Kafka broker: transient, retried
+                table = call.arguments[0] if call.arguments else ""
+                raise AirflowException(f"{call.step.name} {table}: {error}") from error
             except Exception as error:
                 from spark_jobs.common import NOTHING_PAST, connect_server_lost
 
@@ -170,7 +199,7 @@ class ConnectBackend:
         with self.holding_session():
             try:
                 report = perform(args, call.step.name, load_body(call.step), factory)
-            except (ConfigError, UsageError, TableDamagedError) as error:
+            except PERMANENT_ERRORS as error:
                 raise permanent(call, error) from error
         return summary_payload(report)
 
@@ -180,14 +209,15 @@ class ConnectBackend:
             return None
         from cdc_pipeline.config import load_table_configs
         from cdc_pipeline.paths import TablePaths
-        from spark_jobs.common import interval_has_work, noop_report, summary_payload
+        from spark_jobs.common import noop_report, summary_payload
+        from spark_jobs.pending_work import interval_has_work
 
         try:
             table = load_table_configs(args.config).table(args.table)
             interval = args.interval()
             if interval_has_work(TablePaths.for_table(table.name), table, interval):
                 return None
-        except (ConfigError, UsageError, TableDamagedError) as error:
+        except PERMANENT_ERRORS as error:
             raise permanent(call, error) from error
         report = noop_report(call.step.name, table.name, interval)
         return summary_payload(report)

@@ -71,6 +71,10 @@ class StageCounts(Counts):
 
     files: int | None = None
     new_files: int | None = None
+    # A Kafka table: the offsets its ranges span, and those retention deleted unstaged (when
+    # the row accepts the loss).
+    messages: int | None = None
+    messages_lost: int | None = None
     rows_read: int | None = None
     staged: int | None = None
     quarantined: int | None = None

@@ -34,3 +34,23 @@ class SparkUnavailableError(CdcError):
     def __init__(self, message: str, reason: str = "") -> None:
         super().__init__(message)
         self.reason = reason or message
+
+
+class SourceUnavailableError(CdcError):
+    """A change source (a Kafka broker) does not answer: transient, a retry may succeed; the
+    message names the servers and what failed."""
+
+
+class LostMessagesError(CdcError):
+    """Messages a table had not staged are gone from their source (Kafka retention deleted
+    them): permanent, a retry reads the same gap; the message names the lost offsets and the
+    choice (accept_lost_offsets, or a re-snapshot of the source)."""
+
+
+# Errors a retry cannot fix: a step fails once with them (Airflow: no retry).
+PERMANENT_ERRORS: tuple[type[CdcError], ...] = (
+    ConfigError,
+    UsageError,
+    TableDamagedError,
+    LostMessagesError,
+)

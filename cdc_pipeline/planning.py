@@ -58,6 +58,8 @@ class DagPlan:
     max_quarantine_fraction: float | None = None
     quarantine_action: str = "warn"
     asset_uri: str = ""
+    # A Kafka table: the Airflow connection of its broker (None: the table reads files).
+    kafka_conn_id: str | None = None
 
 
 # The pool `cdc_<name>` (1 slot) serializes the tasks whose step is `pooled` (they rewrite a
@@ -116,7 +118,7 @@ def plan_table_dag(table: TableConfig) -> DagPlan:
         start_date=datetime.combine(table.start_date, datetime.min.time(), tzinfo=UTC),
         tasks=with_operations,
         edges=edges,
-        tags=("cdc", table.file_format, kind),
+        tags=("cdc", "kafka" if table.source == "kafka" else table.file_format, kind),
         doc_md=doc,
         conn_id=table.spark_conn_id,
         description=table.description or f"CDC of {table.name} into Delta Lake",
@@ -126,4 +128,5 @@ def plan_table_dag(table: TableConfig) -> DagPlan:
         max_quarantine_fraction=table.max_quarantine_fraction,
         quarantine_action=table.quarantine_action,
         asset_uri=asset_uri,
+        kafka_conn_id=table.kafka_conn_id if table.source == "kafka" else None,
     )

@@ -17,7 +17,12 @@ from typing import Any, Generic, TypeVar
 from cdc_pipeline import summaries
 from cdc_pipeline.config import TableConfig, load_table_configs
 from cdc_pipeline.counts import Counts, NoopCounts
-from cdc_pipeline.errors import CdcError, ConfigError, TableDamagedError, UsageError
+from cdc_pipeline.errors import (
+    PERMANENT_ERRORS,
+    CdcError,
+    ConfigError,
+    UsageError,
+)
 from cdc_pipeline.intervals import Interval
 from cdc_pipeline.paths import Location, TablePaths, as_location
 from cdc_pipeline.steps import ArgumentKind, Step, step_named
@@ -202,9 +207,28 @@ NOTHING_PAST = "nothing past the last commit the summary reports was written"
 
 
 def _driver_memory_advice() -> str:
-    memory = os.environ.get("CDC_SPARK_DRIVER_MEMORY") or "1g, Spark's default"
+    setting = os.environ.get("CDC_SPARK_DRIVER_MEMORY")
+    memory = setting or "1g, Spark's default"
     where = " (the Connect server's: restart it)" if os.environ.get("CDC_SPARK_REMOTE") else ""
-    return f"driver memory is {memory}: set CDC_SPARK_DRIVER_MEMORY higher{where}, e.g. 4g"
+    return (
+        f"driver memory is {memory}: set CDC_SPARK_DRIVER_MEMORY higher{where}, "
+        f"e.g. {_larger_memory(setting)}"
+    )
+
+
+_JVM_UNITS = {"k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
+
+
+def _larger_memory(setting: str | None) -> str:
+    """A JVM size above `setting` (Spark's default 1g when unset): 4g, or twice what is set from
+    4g up, so the advice never names what already failed."""
+    found = re.fullmatch(r"(\d+)([kmgt])b?", (setting or "1g").strip().lower())
+    if found is None:
+        return "4g"
+    number, unit = int(found.group(1)), found.group(2)
+    if number * _JVM_UNITS[unit] < 4 * _JVM_UNITS["g"]:
+        return "4g"
+    return f"{number * 2}{unit}"
 
 
 def _resource_problem(error: BaseException) -> str | None:
@@ -340,7 +364,7 @@ def execute(args: StepArgs, prog: str, body: StepBody, needs_spark: bool = True)
             traceback.print_exc(file=sys.stderr)
         line = f"error: {prog} {args.table}: {one_line(error)}"
         print(line, file=sys.stderr, flush=True)
-        write_failure(line, permanent=isinstance(error, TableDamagedError))
+        write_failure(line, permanent=isinstance(error, PERMANENT_ERRORS))
         return 1
     if not write_summary(report):  # else the Airflow task that reads the file logs the line
         print(report.line(), flush=True)
@@ -362,30 +386,6 @@ def parse_step_args(step: Step, argv: Sequence[str], config: Path | None = None)
     add_step_arguments(parser, step.kind)
     args = step_args_from(parser.parse_args(list(argv)))
     return args if args.config is not None or config is None else replace(args, config=config)
-
-
-def interval_has_work(paths: TablePaths, table: TableConfig, interval: Interval) -> bool:
-    """Whether stage or overwrite-final of `interval` could change anything.
-
-    False only when no hour folder the run lists (its late-arrival window) holds a change file
-    the ledger does not know by size and mtime (nor a link, which stage would record as
-    refused) AND every staged file version is applied: a rerun after a crash between stage and
-    overwrite-final still finds its staged rows. Reads only folder listings and the ledger and
-    applied tables (delta-rs), never Spark.
-    """
-    from spark_jobs import applied, delta
-    from spark_jobs.landing import list_landing, listing_interval, read_ledger, unknown_files
-
-    window = listing_interval(
-        interval, table.late_arrival_window.delta, table.change_format == "snapshot"
-    )
-    listing = list_landing(paths, window, table.file_format)
-    if listing.links:
-        return True
-    ledger = read_ledger(delta.arrow_table_rows(paths.ledger))
-    if unknown_files(listing.files, ledger):
-        return True
-    return bool(applied.pending_files(paths, table.change_format == "snapshot").files)
 
 
 def noop_report(prog: str, table: str, interval: Interval) -> StepReport:

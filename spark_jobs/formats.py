@@ -305,7 +305,9 @@ def _classified(kind_cases: list[tuple[Column, str]], default: str) -> Column:
 
 def _parse_flat(table: TableConfig, v: Column) -> tuple[Column, Column, Column, dict[str, Column]]:
     is_object = F.coalesce(F.schema_of_variant(v).startswith("OBJECT"), F.lit(False))
-    kind = _classified([(v.isNull() | ~is_object, "malformed")], "event")
+    # A Kafka message with a null value (a tombstone, for log compaction) is no change.
+    tombstone = [(F.is_variant_null(v), "tombstone")] if table.source == "kafka" else []
+    kind = _classified([*tombstone, (v.isNull() | ~is_object, "malformed")], "event")
     error = F.when(_too_deep(v), F.lit(TOO_DEEP)).when(
         kind == "malformed", F.lit("malformed line: not a JSON object")
     )
@@ -640,7 +642,11 @@ def read_json_changes(spark: SparkSession, table: TableConfig, lines: DataFrame)
 def _rows_read_once(table: TableConfig) -> bool:
     """Flat lines with declared columns: the rows are the only pass over the parsed lines (no
     survey of the images, no count of skipped lines), which staging's typed rows then hold."""
-    return table.columns is not None and table.change_format not in EVENT_FORMATS
+    return (
+        table.columns is not None
+        and table.change_format not in EVENT_FORMATS
+        and table.source != "kafka"  # a Kafka table counts its tombstones
+    )
 
 
 def _batch_columns(
@@ -691,11 +697,14 @@ def undeclared_names(keys: Iterable[str]) -> list[str]:
 
 
 def _skipped_counts(table: TableConfig, parsed: DataFrame) -> dict[str, int]:
-    """The lines an event format skips, by kind (flat lines have none: no Spark job)."""
-    if table.change_format not in EVENT_FORMATS:
+    """The lines an event format (or a Kafka topic) skips, by kind (flat lines have none: no
+    Spark job)."""
+    if table.change_format not in EVENT_FORMATS and table.source != "kafka":
         return {}
     counts = parsed.groupBy(KIND).count().collect()  # metadata: a count per kind
     kinds = {r[KIND]: int(r["count"]) for r in counts}
+    if table.change_format not in EVENT_FORMATS:  # flat messages from Kafka
+        return {"tombstones_skipped": kinds.get("tombstone", 0)}
     ignored = {
         "transaction_markers": kinds.get("transaction", 0),
         "tombstones_skipped": kinds.get("tombstone", 0),

@@ -31,6 +31,11 @@ class DataFreshness:
     files_waiting: int  # landed in the window and not staged, or staged and not applied
     oldest_waiting: datetime | None  # landing time of the oldest of them
     files_outside_window: int  # landed before the window, never staged
+    # A Kafka table: messages in its topic not staged yet, its partitions, and why the broker
+    # could not tell (oldest_waiting is then the oldest unstaged message's broker time).
+    messages_waiting: int | None = None
+    partitions: int | None = None
+    source_error: str | None = None
 
     @property
     def waiting_hours(self) -> float | None:
@@ -51,6 +56,15 @@ class DataFreshness:
             "oldest_waiting": _iso(self.oldest_waiting),
             "waiting_hours": None if self.waiting_hours is None else round(self.waiting_hours, 2),
             "files_outside_window": self.files_outside_window,
+            **(
+                {
+                    "messages_waiting": self.messages_waiting,
+                    "partitions": self.partitions,
+                    "source_error": self.source_error,
+                }
+                if self.partitions is not None or self.source_error is not None
+                else {}
+            ),
         }
 
     def line(self) -> str:
@@ -75,6 +89,8 @@ def data_freshness(
     """The table's freshness by data now: a run ending now would list the hours of its late-arrival
     window; what it would stage, and what is staged but not applied, is waiting."""
     now = now or datetime.now(UTC)
+    if table.source == "kafka":
+        return _kafka_freshness(table, paths, now)
     is_extract = table.change_format == "snapshot"
     end = now.replace(minute=0, second=0, microsecond=0) + HOUR  # the current hour is listed
     window = landing.listing_interval(
@@ -101,4 +117,32 @@ def data_freshness(
         files_waiting=len(not_staged) + len(pending.files),
         oldest_waiting=_from_ns(min(waiting)) if waiting else None,
         files_outside_window=len(outside),
+    )
+
+
+def _kafka_freshness(table: TableConfig, paths: TablePaths, now: datetime) -> DataFreshness:
+    """A Kafka table's freshness: what it applied (the ledger's ranges, as for files) and what
+    waits (its topic's unstaged messages, then the staged ranges not applied)."""
+    from spark_jobs.kafka.lag import topic_lag
+
+    ledger = landing.read_ledger(delta.arrow_table_rows(paths.ledger))
+    pending = applied.pending_files(paths)
+    marks = applied.applied_rows(paths)
+    done = {(r["batch"], r["file"]) for r in marks}
+    changes = [e.newest_change for i, e in ledger.items() if i in done and e.newest_change]
+    lag = topic_lag(table, paths)
+    staged_waiting = [e.staged_at for e in pending.files if e.staged_at is not None]
+    oldest = [t for t in [lag.oldest_waiting, *staged_waiting] if t is not None]
+    return DataFreshness(
+        table=table.name,
+        measured_at=now,
+        newest_change=max(changes) if changes else None,
+        newest_applied_file=None,
+        files_applied=len(done),
+        files_waiting=len(pending.files),
+        oldest_waiting=min(oldest) if oldest else None,
+        files_outside_window=0,
+        messages_waiting=lag.messages_waiting,
+        partitions=lag.partitions,
+        source_error=lag.error,
     )

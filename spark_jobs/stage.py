@@ -31,7 +31,13 @@ def run_stage(context: StepContext, interval: Interval) -> StepReport[StageCount
 
     Runs of one table may overlap (their windows do): staging takes one run's files at a time.
     An attempt whose staging commit is not the first after its plan plans again, and finds the
-    other run's files in staging instead of staging them twice."""
+    other run's files in staging instead of staging them twice.
+
+    A Kafka table stages its topic's messages instead (`kafka.staging`)."""
+    if context.table.source == "kafka":
+        from spark_jobs.kafka.staging import run_kafka_stage
+
+        return run_kafka_stage(context, interval)
     return delta.with_retries(
         f"table {context.table.name}: stage", lambda _: _stage_attempt(context, interval)
     )

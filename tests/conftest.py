@@ -230,3 +230,16 @@ def s3_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     if reason:
         pytest.fail(f"moto's S3 server cannot run: {reason}")
     yield from s3.running(tmp_path_factory.mktemp("s3") / "moto.log")
+
+
+@pytest.fixture(scope="session")
+def kafka_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    """One real Kafka broker (KRaft single node, tests/kafka.py) for the run, started by the
+    first test that asks for it and stopped by its pid at the end; each test makes its own
+    topics. A test that stops or restarts it leaves it running."""
+    from tests import kafka
+
+    reason = kafka.available()
+    if reason:
+        pytest.fail(f"the Kafka broker cannot run: {reason}")
+    yield from kafka.running(tmp_path_factory.mktemp("kafka"))

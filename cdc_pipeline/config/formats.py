@@ -49,6 +49,9 @@ def is_change_format(value: object) -> bool:
 
 def with_format_defaults(data: Any) -> Any:
     """A row with the defaults its change format implies (file_format json, the source order)."""
+    if isinstance(data, Mapping) and data.get("source") == "kafka":
+        data = dict(data)
+        data.setdefault("file_format", "json")  # a message's value is one JSON change
     change_format = data.get("change_format") if isinstance(data, Mapping) else None
     if isinstance(change_format, str) and change_format in DEFAULT_SEQUENCE_BY:
         data = dict(data)

@@ -134,6 +134,7 @@ def parse_config(
         report("*", "tables", "must be a list of table rows", marks.get(("tables",)))
         return result
     names = [str(r.get("name")) if isinstance(r, Mapping) and r.get("name") else None for r in rows]
+    merged = [{**defaults, **r} if isinstance(r, Mapping) else r for r in rows]
     for index, row in enumerate(rows):
         if not isinstance(row, Mapping):
             report(
@@ -150,10 +151,12 @@ def parse_config(
         repeated_name = _repeated_name(names, index)
         if repeated_name:
             bad.append(("name", repeated_name, _line_of(marks, index, "name", True)))
+        bad += _topic_problems(merged, index, marks, "topic" in row)
         # In file order when lines are known (sorted is stable: the rule order stays otherwise).
         for field_name, message, where in sorted(bad, key=lambda item: item[2] or 0):
             report(label, field_name, message, where)
-        if not bad and names.count(names[index]) == 1 and table is not None:
+        shares_topic = _topic_shared_later(merged, index)
+        if not bad and names.count(names[index]) == 1 and not shares_topic and table is not None:
             result.tables[label] = table
     return result
 
@@ -167,6 +170,42 @@ def _repeated_name(names: list[str | None], index: int) -> str | None:
     return (
         f"appears more than once in the config table (also row {', '.join(others)}); "
         "each table needs its own name"
+    )
+
+
+def _topic_of(row: Any) -> tuple[Any, Any] | None:
+    """(topic, connection) of a Kafka row, None for other rows."""
+    if not isinstance(row, Mapping) or row.get("source") != "kafka" or not row.get("topic"):
+        return None
+    return (row.get("topic"), row.get("kafka_conn_id", "kafka_default"))
+
+
+def _topic_problems(
+    rows: list[Any], index: int, marks: LineMap, set_here: bool
+) -> list[tuple[str, str, int | None]]:
+    """The row's problem when an earlier row reads its topic, at the line of its topic."""
+    shared = _shared_topic(rows, index)
+    return [("topic", shared, _line_of(marks, index, "topic", set_here))] if shared else []
+
+
+def _topic_shared_later(rows: list[Any], index: int) -> bool:
+    """A later row reads this row's topic (neither becomes a table)."""
+    topic = _topic_of(rows[index])
+    return topic is not None and any(_topic_of(r) == topic for r in rows[index + 1 :])
+
+
+def _shared_topic(rows: list[Any], index: int) -> str | None:
+    """The problem of a Kafka row reading the topic (on the same connection) of an earlier row:
+    a table reads only its own topic (`rows` with the defaults merged in)."""
+    topic = _topic_of(rows[index])
+    if topic is None:
+        return None
+    earlier = [str(i + 1) for i, other in enumerate(rows[:index]) if _topic_of(other) == topic]
+    if not earlier:
+        return None
+    return (
+        f"{topic[0]!r} is also the topic of row {', '.join(earlier)}; a table reads only its own "
+        "topic (one topic per source table)"
     )
 
 

@@ -52,6 +52,39 @@ class TableConfig(BaseModel):
         description="Table name; the DAG id is cdc_<name>, its change files land in "
         "{landing}/<name>, its tables are {warehouse}/<name>/final, staging, ...",
     )
+    source: Literal["files", "kafka"] = Field(
+        default="files",
+        description="Where the changes come from: files (change files landed in "
+        "{landing}/<name>/dt=YYYY-MM-DD/hr=HH/) or kafka (the messages of one Kafka topic, "
+        "`topic`; their values are JSON: change_format debezium or flat).",
+    )
+    topic: str | None = Field(
+        default=None,
+        description="source kafka: the topic holding this table's changes (one topic per "
+        "table; no other row may read it).",
+    )
+    kafka_conn_id: str = Field(
+        default="kafka_default",
+        min_length=1,
+        description="source kafka: the Airflow connection (the Kafka provider's type) holding "
+        "the bootstrap servers and any SASL/SSL settings. The `cdc` command reads "
+        "CDC_KAFKA_BOOTSTRAP_SERVERS and CDC_KAFKA_<PROPERTY> variables instead "
+        "(CDC_KAFKA_SECURITY_PROTOCOL is security.protocol); never the config file.",
+    )
+    starting_offsets: Literal["earliest", "latest"] = Field(
+        default="earliest",
+        description="source kafka: where the table's first run starts in each partition: "
+        "earliest (every message the topic still holds) or latest (only messages that arrive "
+        "after it). Later runs start where the last staged run ended; a partition added to the "
+        "topic later is read from its earliest offset.",
+    )
+    accept_lost_offsets: bool = Field(
+        default=False,
+        description="source kafka: when the broker deleted messages (retention) before they "
+        "were staged, false fails the run naming the lost offsets (the default: nothing is "
+        "skipped silently); true stages from the earliest offset the broker still has and "
+        "counts the messages lost (messages_lost=).",
+    )
     file_format: Literal["parquet", "csv", "json"] = Field(
         default="parquet",
         description="Format of the landed change files: parquet, csv (a header line; columns "

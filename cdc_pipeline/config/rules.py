@@ -10,6 +10,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
+from datetime import timedelta
 from typing import Any
 
 from cdc_pipeline import sql_guard
@@ -276,3 +277,69 @@ def _timeouts_agree(row: Fields) -> Iterator[Problem]:
             f"{run} is shorter than execution_timeout {task} (a run would time out before its "
             "first task does)",
         )
+
+
+# Kafka's legal topic names (its Topic.validate): letters, digits, '.', '_', '-'; 1-249 long.
+TOPIC_PATTERN = re.compile(r"[A-Za-z0-9._-]{1,249}")
+# Change formats a Kafka message's JSON value can hold.
+KAFKA_CHANGE_FORMATS = ("debezium", "flat")
+
+
+@rule("source", "topic")
+def _kafka_names_its_topic(row: Fields) -> Iterator[Problem]:
+    topic = row["topic"]
+    if row["source"] == "kafka":
+        if topic is None:
+            yield "topic", "required for source kafka (the topic holding this table's changes)"
+        elif not TOPIC_PATTERN.fullmatch(topic) or topic in (".", ".."):
+            yield (
+                "topic",
+                f"{topic!r} is not a Kafka topic name (letters, digits, '.', '_' and '-'; at "
+                "most 249)",
+            )
+    elif topic is not None:
+        yield "topic", "only for source kafka (this row reads files: set source: kafka)"
+
+
+@rule("source", "change_format", "file_format")
+def _kafka_values_are_json_changes(row: Fields) -> Iterator[Problem]:
+    if row["source"] != "kafka":
+        return
+    if row["change_format"] not in KAFKA_CHANGE_FORMATS:
+        yield (
+            "change_format",
+            f"{row['change_format']} is not read from Kafka (a message's value is one JSON "
+            f"change: {' or '.join(KAFKA_CHANGE_FORMATS)})",
+        )
+    if row["file_format"] != "json":
+        yield (
+            "file_format",
+            f"{row['file_format']} is for landed files; a Kafka message's value is JSON "
+            "(omit file_format)",
+        )
+
+
+@rule("source", "late_arrival_window")
+def _window_is_for_files(row: Fields) -> Iterator[Problem]:
+    if row["source"] == "kafka" and row["late_arrival_window"].delta != timedelta(days=3):
+        yield (
+            "late_arrival_window",
+            "only for source files (a Kafka table reads every message not staged yet)",
+        )
+
+
+@rule("source", "kafka_conn_id", "starting_offsets", "accept_lost_offsets")
+def _kafka_fields_need_kafka(row: Fields) -> Iterator[Problem]:
+    if row["source"] == "kafka":
+        return
+    set_here = [
+        name
+        for name, default in (
+            ("kafka_conn_id", "kafka_default"),
+            ("starting_offsets", "earliest"),
+            ("accept_lost_offsets", False),
+        )
+        if row[name] != default
+    ]
+    for name in set_here:
+        yield name, "only for source kafka (this row reads files: set source: kafka)"

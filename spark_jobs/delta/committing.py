@@ -18,7 +18,7 @@ from typing import Any, TypeVar
 import pyarrow as pa
 from deltalake import CommitProperties, Schema, write_deltalake
 from deltalake.exceptions import CommitFailedError
-from deltalake.transaction import AddAction, RemoveAction
+from deltalake.transaction import AddAction, RemoveAction, Transaction
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.types import StructType
 
@@ -75,6 +75,7 @@ def commit(
     schema: StructType | None = None,
     exclusive: bool = False,
     removed: Sequence[DataFile] = (),
+    app_transactions: Sequence[Transaction] = (),
 ) -> CommitResult:
     """Commit the written files from `snapshot`'s version in one atomic delta-rs commit.
 
@@ -85,6 +86,9 @@ def commit(
 
     `removed`: files of the snapshot the commit also removes (mode "append" only: a rewrite of
     some files, their rows replaced by the written ones).
+
+    `app_transactions`: Delta txn actions committed with the files (a Kafka table's staged
+    offsets: `spark_jobs.kafka.offsets`); an append of no files may carry only them.
 
     `exclusive`: commit only as the version right after the snapshot (delta-rs
     max_commit_retries=0), so any commit landing after the read fails this one. For rewrites:
@@ -117,6 +121,7 @@ def commit(
         commit_properties=CommitProperties(
             custom_metadata={RUN_ID_KEY: run_id, STEP_KEY: step},
             max_commit_retries=0 if exclusive else None,
+            app_transactions=list(app_transactions) or None,
         ),
     )
     return find_commit(snapshot.path, snapshot.version, run_id)
@@ -179,6 +184,7 @@ def try_commit(
     partition_filters: list[tuple[str, str, Any]] | None = None,
     exclusive: bool = False,
     removed: Sequence[DataFile] = (),
+    app_transactions: Sequence[Transaction] = (),
 ) -> CommitResult | None:
     """Commit, or after a conflict delete the written files and return None (`with_retries`
     then makes the next attempt)."""
@@ -192,6 +198,7 @@ def try_commit(
             partition_filters,
             exclusive=exclusive,
             removed=removed,
+            app_transactions=app_transactions,
         )
     except CommitFailedError:
         written.delete()

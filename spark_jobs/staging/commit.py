@@ -86,7 +86,7 @@ def commit_rows(
     if new_refusals or bad is None:
         refused_rows = _refusal_rows(spark, new_refusals, schema)
         bad = refused_rows if bad is None else bad.unionByName(refused_rows)
-    _evolve_quarantine(spark, paths.quarantine, bad.schema)
+    evolve_quarantine(spark, paths.quarantine, bad.schema)
     quarantined, quarantine_version = _commit_append(
         paths.quarantine, bad, [BATCH], "quarantine", "stage:before_quarantine_commit"
     )
@@ -114,7 +114,7 @@ def _refusal_rows(
     return delta.local_frame(spark, rows, schema)
 
 
-def _evolve_quarantine(spark: SparkSession, path: Location, incoming: StructType) -> None:
+def evolve_quarantine(spark: SparkSession, path: Location, incoming: StructType) -> None:
     """Quarantine keeps every column as text: add the columns a batch brings (never narrows)."""
     snapshot = delta.load_snapshot(path)
     if snapshot.schema is None:
@@ -148,7 +148,7 @@ def refuse_batch(
     rows = quarantined_changes(typed, table, batch_types).filter(
         ~file_key.isin([f"{b}/{n}" for b, n in in_quarantine])
     )
-    _evolve_quarantine(spark, paths.quarantine, rows.schema)
+    evolve_quarantine(spark, paths.quarantine, rows.schema)
     quarantined, _ = _commit_append(
         paths.quarantine, rows, [BATCH], "quarantine", "stage:before_quarantine_commit"
     )

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 from pyspark.errors import AnalysisException
@@ -105,36 +105,47 @@ def read_planned(
     return _typed_changes(context, interval, plan, in_staging)
 
 
-def _typed_changes(
+@dataclass(frozen=True)
+class TypedRead:
+    """A read's rows typed against staging: all of them (persisted), the good and the bad, the
+    staging columns, each source's (file's) counts, what reading found, what to release."""
+
+    typed: DataFrame
+    good: DataFrame
+    bad: DataFrame
+    columns: list[str]
+    per_file: list[dict[str, Any]]
+    found: StageCounts
+    release: list[Callable[[], Any]]
+
+
+def type_read(
     context: StepContext,
     interval: Interval,
-    plan: StagePlan,
-    in_staging: set[tuple[str, str]],
-) -> StageRows:
-    """Read and type the plan's files: good rows, bad rows, per-file counts, frames to unpersist,
-    and what the reading found (`StageRows.found`).
-
-    Good rows of files already in staging are dropped for a snapshot extract only; for change
-    files `recovery.settle_unrecorded` decides (the file may have changed since)."""
+    read: ChangeRead,
+    raw: DataFrame,
+    staging: delta.Snapshot,
+    batches: Sequence[str],
+) -> TypedRead:
+    """Settle the read's schema against staging's (evolve it, or refuse the batch: `batches` are
+    the staging partitions the refused rows are quarantined under), type every value and split
+    the rows to staging and quarantine. Landed files and Kafka messages both come through here."""
     spark, table, paths = context.spark, context.table, context.paths
-    to_read, staging, snapshot_batch = plan.to_read, plan.staging, plan.snapshot_batch
-    read, raw = _read_files(context, to_read, plan.parquet, snapshot_batch)
     is_snapshot = table.change_format == "snapshot"
     flag_present = not is_snapshot and table.flag_source in raw.columns
     if not flag_present and not table.insert_only and not is_snapshot:
         raise InputError(
-            f"table {table.name}: the change files of {interval} have no flag column {table.flag_column}"
+            f"table {table.name}: the changes of {interval} have no flag column {table.flag_column}"
         )
     policy = table.on_schema_change if table.columns is None else "evolve"
     schema = plan_schema(table_column_types(table, staging), read.batch_types, policy)
     if schema.refused:
-        _refuse_schema(context, interval, to_read, read, raw, flag_present, schema.refused)
+        _refuse_schema(context, interval, batches, read, raw, flag_present, schema.refused)
     column_types = schema.columns
     if table.columns is None and not staging.exists:
         _check_identity_columns(table, read.batch_types)
     typed, per_file = _typed_rows(table, read, raw, column_types, flag_present, is_snapshot)
     found = _read_counts(table, interval, read, per_file)
-    file_key = F.concat_ws("/", F.col(BATCH), F.col(FILE))
     columns = staging_columns(table, column_types)
     release: list[Callable[[], Any]] = [typed.unpersist]
     if ABSENT not in columns and staging.schema is not None and ABSENT in staging.schema.names:
@@ -149,18 +160,40 @@ def _typed_changes(
         # A staging table from before `_cdc_absent` existed gains it (metadata only).
         delta.evolve_table(spark, paths.staging, typed.select(*columns).schema)
     good = good_changes(typed, columns)
+    bad = quarantined_changes(typed, table, column_types)
+    return TypedRead(typed, good, bad, columns, per_file, found, release)
+
+
+def _typed_changes(
+    context: StepContext,
+    interval: Interval,
+    plan: StagePlan,
+    in_staging: set[tuple[str, str]],
+) -> StageRows:
+    """Read and type the plan's files: good rows, bad rows, per-file counts, frames to unpersist,
+    and what the reading found (`StageRows.found`).
+
+    Good rows of files already in staging are dropped for a snapshot extract only; for change
+    files `recovery.settle_unrecorded` decides (the file may have changed since)."""
+    to_read, snapshot_batch = plan.to_read, plan.snapshot_batch
+    read, raw = _read_files(context, to_read, plan.parquet, snapshot_batch)
+    batches = sorted({f.batch for f in to_read})
+    done = type_read(context, interval, read, raw, plan.staging, batches)
+    good, found, release = done.good, done.found, done.release
     if snapshot_batch is not None:
-        held = typed.filter(F.col(REASON).isNotNull())  # quarantined rows whose key is known
-        for key in table.keys:
+        held = done.typed.filter(F.col(REASON).isNotNull())  # quarantined rows whose key is known
+        for key in context.table.keys:
             held = held.filter(F.col(key).isNotNull())
-        derived, operations = extracts.derive_changes(context, good, held, snapshot_batch, columns)
+        derived, operations = extracts.derive_changes(
+            context, good, held, snapshot_batch, done.columns
+        )
         found = replace(found, operations=operations)
         good = derived
         release.append(derived.unpersist)
+        file_key = F.concat_ws("/", F.col(BATCH), F.col(FILE))
         good = good.filter(~file_key.isin([f"{b}/{n}" for b, n in in_staging]))
-    bad = quarantined_changes(typed, table, column_types)
     release.append(read.release)
-    return StageRows(plan, good, bad, per_file, release, found=found)
+    return StageRows(plan, good, done.bad, done.per_file, release, found=found)
 
 
 def _read_counts(
@@ -220,7 +253,7 @@ def _read_files(
 def _refuse_schema(
     context: StepContext,
     interval: Interval,
-    to_read: Sequence[LandingFile],
+    batches: Sequence[str],
     read: ChangeRead,
     raw: DataFrame,
     flag_present: bool,
@@ -229,7 +262,6 @@ def _refuse_schema(
     """Quarantine the batch whose schema cannot be applied, and fail the step (`refuse_batch`)."""
     spark, paths = context.spark, context.paths
     quarantine = delta.load_snapshot(paths.quarantine)
-    batches = sorted({f.batch for f in to_read})
     read.frame = raw
     refuse_batch(
         context,

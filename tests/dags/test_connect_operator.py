@@ -291,3 +291,74 @@ def test_the_local_launcher_makes_spark_default_a_connect_connection_to_its_serv
         "AIRFLOW_CONN_SPARK_DEFAULT", remote.environment()["AIRFLOW_CONN_SPARK_DEFAULT"]
     )
     assert SparkConnectHook("spark_default").get_connection_url() == "sc://spark-connect:15002/"
+
+
+def test_a_kafka_tables_broker_comes_from_its_connection_and_nothing_waiting_is_a_noop(
+    workspace: Workspace, dead_server: str, kafka_broker: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The row's kafka_conn_id (the Kafka provider's connection: its extra holds the client
+    properties) tells the step where the broker is; a topic with nothing unstaged is a no-op
+    without Spark; a message waiting goes on to Spark (down here: retried); a broker that does
+    not answer is retried; a missing topic fails once."""
+    from tests.kafka import free_port as free_kafka_port
+
+    topic = "orders-op"
+    kafka_broker.create_topic(topic, 2)
+    row = {**ROW, "file_format": "json", "source": "kafka", "topic": topic}
+    row.update(kafka_conn_id="kafka_orders", starting_offsets="latest")
+    workspace.configure(row)
+    monkeypatch.delenv("CDC_KAFKA_BOOTSTRAP_SERVERS", raising=False)
+    extra = {"bootstrap.servers": kafka_broker.bootstrap_servers}
+    monkeypatch.setenv(
+        "AIRFLOW_CONN_KAFKA_ORDERS", json.dumps({"conn_type": "kafka", "extra": extra})
+    )
+
+    def kafka_operator(step: str = "stage") -> CdcStepOperator:
+        task = operator(workspace, step)
+        task.kafka_conn_id = "kafka_orders"
+        return task
+
+    # A first run with starting_offsets latest and no staging: it records where it starts.
+    with pytest.raises(SparkConnectUnavailableError):
+        kafka_operator().execute(context())
+    assert "CDC_KAFKA_BOOTSTRAP_SERVERS" not in os.environ  # the worker's environment is back
+    unreachable = {"bootstrap.servers": f"127.0.0.1:{free_kafka_port()}"}
+    monkeypatch.setenv(
+        "AIRFLOW_CONN_KAFKA_ORDERS", json.dumps({"conn_type": "kafka", "extra": unreachable})
+    )
+    with pytest.raises(AirflowException) as raised:
+        kafka_operator().execute(context())
+    assert not isinstance(raised.value, AirflowFailException)
+    assert f"Kafka topic '{topic}' at {unreachable['bootstrap.servers']} is not reachable" in str(
+        raised.value
+    )
+    monkeypatch.setenv(
+        "AIRFLOW_CONN_KAFKA_ORDERS", json.dumps({"conn_type": "kafka", "extra": extra})
+    )
+    workspace.configure({**row, "topic": "no-such-topic"})
+    with pytest.raises(AirflowFailException, match=r"'no-such-topic' at .* does not exist"):
+        kafka_operator().execute(context())
+
+
+def test_a_kafka_connection_gives_the_steps_client_properties(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from cdc_airflow.backends import kafka_environment
+
+    assert kafka_environment("kafka_absent") == {}
+    connection = {
+        "conn_type": "kafka",
+        "host": "b1",
+        "port": 9093,
+        "login": "cdc",
+        "password": "secret",
+        "extra": {"security.protocol": "SASL_SSL", "sasl.mechanism": "PLAIN"},
+    }
+    monkeypatch.setenv("AIRFLOW_CONN_KAFKA_X", json.dumps(connection))
+    assert kafka_environment("kafka_x") == {
+        "CDC_KAFKA_SECURITY_PROTOCOL": "SASL_SSL",
+        "CDC_KAFKA_SASL_MECHANISM": "PLAIN",
+        "CDC_KAFKA_BOOTSTRAP_SERVERS": "b1:9093",
+        "CDC_KAFKA_SASL_USERNAME": "cdc",
+        "CDC_KAFKA_SASL_PASSWORD": "secret",
+    }

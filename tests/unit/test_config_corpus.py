@@ -156,6 +156,36 @@ CORPUS: list[tuple[str, str, list[str]]] = [
             "you mean `evolve`?",
         ],
     ),
+    (
+        "kafka_rows_name_their_own_topic_and_no_file_fields",
+        "tables:\n  - name: a\n    source: kafka\n    change_format: wal2json\n"
+        "    late_arrival_window: 2d\n    keys: [id]\n"
+        "  - name: b\n    source: kafka\n    topic: 'orders events'\n    file_format: csv\n"
+        "    columns: {ID: bigint, TS: timestamp}\n    keys: [ID]\n    sequence_by: [TS]\n"
+        "  - name: c\n    source: kafka\n    topic: orders\n    columns: {ID: bigint, TS: timestamp}\n"
+        "    keys: [ID]\n    sequence_by: [TS]\n"
+        "  - name: d\n    source: kafka\n    topic: orders\n    columns: {ID: bigint, TS: timestamp}\n"
+        "    keys: [ID]\n    sequence_by: [TS]\n"
+        f"  - name: e\n{ROW}    topic: orders\n    starting_offsets: latest\n",
+        [
+            "t.yaml:2: table a: topic: required for source kafka (the topic holding this table's "
+            "changes)",
+            "t.yaml:4: table a: change_format: wal2json is not read from Kafka (a message's value "
+            "is one JSON change: debezium or flat)",
+            "t.yaml:5: table a: late_arrival_window: only for source files (a Kafka table reads "
+            "every message not staged yet)",
+            "t.yaml:9: table b: topic: 'orders events' is not a Kafka topic name (letters, digits, "
+            "'.', '_' and '-'; at most 249)",
+            "t.yaml:10: table b: file_format: csv is for landed files; a Kafka message's value is "
+            "JSON (omit file_format)",
+            "t.yaml:22: table d: topic: 'orders' is also the topic of row 3; a table reads only "
+            "its own topic (one topic per source table)",
+            "t.yaml:31: table e: topic: only for source kafka (this row reads files: set source: "
+            "kafka)",
+            "t.yaml:32: table e: starting_offsets: only for source kafka (this row reads files: "
+            "set source: kafka)",
+        ],
+    ),
 ]
 
 

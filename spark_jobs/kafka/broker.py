@@ -1,0 +1,147 @@
+"""What a Kafka table's topic holds, asked of the broker on the driver (metadata only).
+
+The partitions of the topic and each one's earliest and end offsets (the watermarks), through
+the Python client (librdkafka); the messages themselves are read by Spark (`kafka.reading`).
+Failures are sorted the way a retry needs: a broker that does not answer is transient
+(`SourceUnavailableError`), a missing topic or refused credentials are permanent
+(`ConfigError`), each one line naming the servers and the topic.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from cdc_pipeline.errors import ConfigError, SourceUnavailableError
+from cdc_pipeline.kafka_settings import BOOTSTRAP, librdkafka_properties
+
+# Seconds a metadata or offset request may take before the broker counts as unreachable.
+REQUEST_TIMEOUT = 15.0
+
+
+@dataclass(frozen=True)
+class Watermarks:
+    """One partition's offsets: the first the broker still holds and the next to be written."""
+
+    earliest: int
+    end: int
+
+
+@dataclass(frozen=True)
+class TopicOffsets:
+    """The topic's partitions with their watermarks, as observed at one moment."""
+
+    topic: str
+    partitions: dict[int, Watermarks]
+
+
+def _client_config(properties: Mapping[str, str]) -> dict[str, Any]:
+    config: dict[str, Any] = dict(librdkafka_properties(properties))
+    config.setdefault("socket.timeout.ms", int(REQUEST_TIMEOUT * 1000))
+    config["enable.auto.commit"] = False
+    config.setdefault("group.id", "cdc-lakehouse-offsets")  # never joins: assign() only
+    config["logger"] = _QuietLogger()
+    return config
+
+
+class _QuietLogger:
+    """librdkafka's log lines (a connection refused is logged on every retry) kept out of the
+    step's output: the failure is told once, as the step's own error."""
+
+    def log(self, *_: Any, **__: Any) -> None:
+        return None
+
+    def debug(self, *_: Any, **__: Any) -> None:
+        return None
+
+    info = warning = error = critical = exception = debug
+
+
+def _where(properties: Mapping[str, str], topic: str) -> str:
+    return f"Kafka topic {topic!r} at {properties.get(BOOTSTRAP, '?')}"
+
+
+def _raise_for(error: Any, properties: Mapping[str, str], topic: str) -> None:
+    """The project's error for a librdkafka error (a KafkaError or an exception holding one)."""
+    from confluent_kafka import KafkaError, KafkaException
+
+    kafka_error = error.args[0] if isinstance(error, KafkaException) and error.args else error
+    code = kafka_error.code() if isinstance(kafka_error, KafkaError) else None
+    text = kafka_error.str() if isinstance(kafka_error, KafkaError) else str(error)
+    where = _where(properties, topic)
+    if code == KafkaError.UNKNOWN_TOPIC_OR_PART:
+        raise ConfigError(
+            f"{where} does not exist: create it (or let the capture job create it) or fix the "
+            "row's topic"
+        )
+    permanent = {
+        KafkaError.TOPIC_AUTHORIZATION_FAILED,
+        KafkaError.SASL_AUTHENTICATION_FAILED,
+        KafkaError.GROUP_AUTHORIZATION_FAILED,
+        KafkaError._AUTHENTICATION,
+        KafkaError._SSL,
+        KafkaError._INVALID_ARG,
+    }
+    if code in permanent:
+        raise ConfigError(f"{where}: the broker refused the client ({text}); fix the credentials")
+    raise SourceUnavailableError(f"{where} is not reachable ({text})")
+
+
+def topic_offsets(properties: Mapping[str, str], topic: str) -> TopicOffsets:
+    """The topic's partitions and their watermarks, now."""
+    from confluent_kafka import Consumer, KafkaException, TopicPartition
+
+    consumer = None
+    try:
+        consumer = Consumer(_client_config(properties))
+        metadata = consumer.list_topics(topic, timeout=REQUEST_TIMEOUT)
+        described = metadata.topics.get(topic)
+        if described is None or described.error is not None:
+            _raise_for(described.error if described is not None else None, properties, topic)
+        assert described is not None
+        watermarks = {}
+        for partition in sorted(described.partitions):
+            low, high = consumer.get_watermark_offsets(
+                TopicPartition(topic, partition), timeout=REQUEST_TIMEOUT, cached=False
+            )
+            watermarks[partition] = Watermarks(int(low), int(high))
+        return TopicOffsets(topic, watermarks)
+    except KafkaException as error:
+        _raise_for(error, properties, topic)
+        raise  # unreachable: _raise_for always raises
+    finally:
+        if consumer is not None:
+            consumer.close()
+
+
+def message_times(
+    properties: Mapping[str, str], topic: str, offsets: Mapping[int, int]
+) -> dict[int, datetime]:
+    """The broker's timestamp of the message at each given (partition, offset): the age of the
+    oldest message a table has not staged (`cdc status`). Partitions whose message could not be
+    read in time are left out."""
+    from confluent_kafka import Consumer, KafkaException, TopicPartition
+
+    if not offsets:
+        return {}
+    consumer = None
+    found: dict[int, datetime] = {}
+    try:
+        consumer = Consumer({**_client_config(properties), "enable.partition.eof": False})
+        consumer.assign([TopicPartition(topic, p, o) for p, o in offsets.items()])
+        for message in consumer.consume(num_messages=len(offsets) * 50, timeout=REQUEST_TIMEOUT):
+            partition = message.partition()
+            if message.error() is not None or partition is None or partition in found:
+                continue
+            kind, millis = message.timestamp()
+            if kind != 0:  # the first message at or after the offset (compaction may skip)
+                found[partition] = datetime.fromtimestamp(millis / 1000, UTC)
+        return found
+    except KafkaException as error:
+        _raise_for(error, properties, topic)
+        raise
+    finally:
+        if consumer is not None:
+            consumer.close()

@@ -1,0 +1,37 @@
+"""Whether a run of an interval could change anything, asked before any Spark starts (the
+Airflow operator reports a no-op without a session when it could not)."""
+
+from __future__ import annotations
+
+from cdc_pipeline.config import TableConfig
+from cdc_pipeline.intervals import Interval
+from cdc_pipeline.paths import TablePaths
+from spark_jobs import applied, delta
+from spark_jobs.kafka.lag import kafka_has_work
+from spark_jobs.landing import list_landing, listing_interval, read_ledger, unknown_files
+
+
+def interval_has_work(paths: TablePaths, table: TableConfig, interval: Interval) -> bool:
+    """Whether stage or overwrite-final of `interval` could change anything.
+
+    A Kafka table: False only when no partition of its topic holds a message not staged and
+    every staged range is applied (the broker's offsets against staging's: no Spark either).
+
+    False only when no hour folder the run lists (its late-arrival window) holds a change file
+    the ledger does not know by size and mtime (nor a link, which stage would record as
+    refused) AND every staged file version is applied: a rerun after a crash between stage and
+    overwrite-final still finds its staged rows. Reads only folder listings and the ledger and
+    applied tables (delta-rs), never Spark.
+    """
+    if table.source == "kafka":
+        return kafka_has_work(table, paths) or bool(applied.pending_files(paths).files)
+    window = listing_interval(
+        interval, table.late_arrival_window.delta, table.change_format == "snapshot"
+    )
+    listing = list_landing(paths, window, table.file_format)
+    if listing.links:
+        return True
+    ledger = read_ledger(delta.arrow_table_rows(paths.ledger))
+    if unknown_files(listing.files, ledger):
+        return True
+    return bool(applied.pending_files(paths, table.change_format == "snapshot").files)

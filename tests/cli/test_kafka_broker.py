@@ -1,0 +1,123 @@
+"""The tests' real Kafka broker (tests/kafka.py) and Spark's Kafka source (jars/) read it exactly."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from tests.conftest import CONNECT
+from tests.kafka import KafkaBroker
+
+pytestmark = [pytest.mark.slow]
+
+
+@pytest.fixture
+def session(request: pytest.FixtureRequest, spark_mode: str) -> Iterator[Any]:
+    """A session from the project's builder (spark_jobs/session.py): the run's classic one, or a
+    new Connect session of the run's server (CDC_SPARK_REMOTE, set by spark_mode)."""
+    if spark_mode != CONNECT:
+        yield request.getfixturevalue("spark_classic")  # build_classic_session's
+        return
+    from spark_jobs.session import build_spark_session
+
+    spark = build_spark_session("kafka-broker-test")
+    try:
+        yield spark
+    finally:
+        spark.stop()
+
+
+def offsets_json(topic: str, offsets: dict[int, int]) -> str:
+    """Spark's per-partition offsets option: {"topic": {"0": 5, ...}}."""
+    return json.dumps({topic: {str(p): o for p, o in sorted(offsets.items())}})
+
+
+def read_kafka(
+    spark: Any, broker: KafkaBroker, topic: str, start: dict[int, int], end: dict[int, int]
+) -> list[tuple[int, int, str | None, str | None]]:
+    """A Spark batch read of [start, end) of each partition: (partition, offset, key, value)."""
+    frame = (
+        spark.read.format("kafka")
+        .option("kafka.bootstrap.servers", broker.bootstrap_servers)
+        .option("assign", json.dumps({topic: sorted(end)}))
+        .option("startingOffsets", offsets_json(topic, start))
+        .option("endingOffsets", offsets_json(topic, end))
+        .load()
+        .selectExpr(
+            "partition", "offset", "CAST(key AS STRING) AS key", "CAST(value AS STRING) AS value"
+        )
+    )
+    return sorted(tuple(row) for row in frame.collect())
+
+
+@pytest.mark.cli
+@pytest.mark.both_modes
+def test_a_spark_batch_read_returns_exactly_the_offsets_asked_for(
+    kafka_broker: KafkaBroker, session: Any, spark_mode: str
+) -> None:
+    print(f"Kafka broker started in {kafka_broker.started_in:.1f} s")
+    topic = f"orders_{spark_mode}"
+    kafka_broker.create_topic(topic, partitions=3)
+    messages = [
+        ('{"id": 1}', '{"op": "c", "id": 1}', 0),
+        ('{"id": 2}', '{"op": "c", "id": 2}', 1),
+        ('{"id": 3}', '{"op": "c", "id": 3}', 2),
+        ('{"id": 1}', '{"op": "u", "id": 1}', 0),
+        ('{"id": 3}', '{"op": "d", "id": 3}', 2),
+        ('{"id": 3}', None, 2),  # the delete's tombstone: a null value
+        ('{"id": 4}', '{"op": "c", "id": 4}', 0),
+    ]
+    positions = kafka_broker.produce(topic, messages)
+    assert positions == [(0, 0), (1, 0), (2, 0), (0, 1), (2, 1), (2, 2), (0, 2)]
+    assert kafka_broker.earliest_offsets(topic) == {0: 0, 1: 0, 2: 0}
+    end = kafka_broker.end_offsets(topic)
+    assert end == {0: 3, 1: 1, 2: 3}
+
+    everything = read_kafka(session, kafka_broker, topic, {0: 0, 1: 0, 2: 0}, end)
+    expected = sorted(
+        (partition, offset, key, value)
+        for (key, value, _), (partition, offset) in zip(messages, positions, strict=True)
+    )
+    assert everything == expected
+    assert (2, 2, '{"id": 3}', None) in everything  # the tombstone, its value null
+
+    # A bounded range per partition: from each start up to (not including) each end; an empty
+    # range (start == end) reads nothing.
+    part = read_kafka(session, kafka_broker, topic, {0: 1, 1: 1, 2: 0}, {0: 2, 1: 1, 2: 2})
+    assert [(p, o) for p, o, _, _ in part] == [(0, 1), (2, 0), (2, 1)]
+
+
+def test_deleted_records_move_the_earliest_offset_and_a_restart_keeps_the_data(
+    kafka_broker: KafkaBroker,
+) -> None:
+    topic = "retained"
+    kafka_broker.create_topic(topic, partitions=2)
+    kafka_broker.produce(topic, [(f"k{i}", f"v{i}", i % 2) for i in range(6)])
+    assert kafka_broker.end_offsets(topic) == {0: 3, 1: 3}
+
+    # Retention deleting the oldest offsets of partition 0, as a broker's log cleanup would.
+    assert kafka_broker.delete_records(topic, {0: 2}) == {0: 2}
+    assert kafka_broker.earliest_offsets(topic) == {0: 2, 1: 0}
+    before = kafka_broker.read(topic)
+    assert [(p, o) for p, o, _, _ in before] == [(0, 2), (1, 0), (1, 1), (1, 2)]
+    assert before[0][2:] == (b"k4", b"v4")
+
+    # Partitions added to a topic start empty at offset 0.
+    kafka_broker.add_partitions(topic, 3)
+    assert kafka_broker.partitions(topic) == [0, 1, 2]
+    assert kafka_broker.end_offsets(topic) == {0: 3, 1: 3, 2: 0}
+
+    # Stopped (by its pid) and started again on the same ports and data folder: same records,
+    # same offsets, and it takes new ones after them.
+    port, pid = kafka_broker.port, kafka_broker.process.pid if kafka_broker.process else None
+    seconds = kafka_broker.restart()
+    print(f"Kafka broker restarted in {seconds:.1f} s")
+    assert kafka_broker.port == port and kafka_broker.process is not None
+    assert kafka_broker.process.pid != pid
+    assert kafka_broker.read(topic) == before
+    assert kafka_broker.earliest_offsets(topic) == {0: 2, 1: 0, 2: 0}
+    assert kafka_broker.produce(topic, [("k6", "v6", 0), ("k7", "v7", 2)]) == [(0, 3), (2, 0)]
+    assert kafka_broker.end_offsets(topic) == {0: 4, 1: 3, 2: 1}
