@@ -12,7 +12,7 @@ import json
 import logging
 import re
 from collections.abc import Collection, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import unquote
@@ -20,10 +20,12 @@ from urllib.parse import unquote
 from cdc_pipeline.columns import CHECK_FILE, REASON
 from cdc_pipeline.config import TableConfig, load_table_configs
 from cdc_pipeline.counts import OverwriteCounts, StageCounts
+from cdc_pipeline.health import Health, table_health
 from cdc_pipeline.paths import Location, TablePaths
 from cdc_pipeline.steps import ERROR_XCOM, count_task_ids
 from spark_jobs.freshness import DataFreshness, data_freshness
 from spark_jobs.storage import arrow_files, store_for
+from spark_jobs.table_health import health_facts, unreadable_table
 
 log = logging.getLogger(__name__)
 
@@ -141,6 +143,7 @@ class TableStatus:
     max_quarantine_fraction: float | None = None
     top_reasons: list[tuple[str, int]] = field(default_factory=list)  # of the newest rows held
     commits: list[Commit] = field(default_factory=list)  # final's newest commits, newest first
+    health: Health = field(default_factory=lambda: Health("unknown", ["not measured"]))
 
     @property
     def quarantine_growth(self) -> int | None:
@@ -170,6 +173,8 @@ class TableStatus:
         return {
             "name": self.name,
             "dag_id": self.dag_id,
+            "health": self.health.state,
+            "reasons": list(self.health.reasons),
             "freshness_limit": self.freshness_limit,
             "last_success_end": _iso(self.freshness.last_success_end),
             "hours_behind": self.freshness.hours_behind,
@@ -636,13 +641,20 @@ def table_status(
     successes = [r for r in runs if r.state == "success" and r.interval_end is not None]
     last = max(successes, key=lambda r: r.interval_end or now) if successes else None
     last_end = last.interval_end if last else None
+    unreadable = unreadable_table(paths)
+    data = None
     try:
-        freshness = data_freshness_of(table, last_end, data_freshness(table, paths, now))
-    except Exception:  # a broken table still gets its row, measured by its runs
+        data = data_freshness(table, paths, now) if unreadable is None else None
+    except Exception as error:  # a broken table still gets its row, measured by its runs
         log.exception("table %s: freshness by data unreadable", table.name)
+        unreadable = str(error).strip().splitlines()[0] if str(error).strip() else repr(error)
+    if data is not None:
+        freshness = data_freshness_of(table, last_end, data)
+    else:
         freshness = freshness_of(table, last_end, now)
     problems: list[str] = []
     return TableStatus(
+        health=_health(table, paths, data, unreadable, runs, paused),
         name=table.name,
         dag_id=table.dag_id,
         freshness_limit=getattr(table, "freshness", None),
@@ -657,6 +669,29 @@ def table_status(
         check=read_check(paths.table_root),
         **_delta_facts(paths, problems),
         problem="; ".join(problems) or None,
+    )
+
+
+def _health(
+    table: TableConfig,
+    paths: TablePaths,
+    data: DataFreshness | None,
+    unreadable: str | None,
+    runs: Sequence[RunPoint],
+    paused: bool,
+) -> Health:
+    """The table's health (`cdc_pipeline.health`) with what Airflow adds: the last finished
+    run failed, the DAG paused while changes wait."""
+    facts = health_facts(table, paths, data, unreadable)
+    finished = [r for r in runs if r.finished]
+    failed = None
+    if finished and finished[-1].state == "failed":
+        run = finished[-1]
+        named = [f"{task}: {reason}" if reason else task for task, reason in run.failures]
+        failed = "; ".join(named) or run.run_id
+    waiting = data is not None and bool(data.files_waiting or data.messages_waiting)
+    return table_health(
+        replace(facts, last_run_failed=failed, paused_with_waiting=paused and waiting)
     )
 
 

@@ -89,3 +89,9 @@ def is_due(schedule: str | None, start: datetime, end: datetime) -> bool:
         return False
     first = croniter(cron_of(schedule), start - timedelta(microseconds=1)).get_next(datetime)
     return bool(start <= first < end)
+
+
+def schedule_period(schedule: str, at: datetime) -> timedelta:
+    """The length of the schedule's interval ending at or before `at` (an hourly table: 1 h)."""
+    previous = croniter(cron_of(schedule), at).get_prev(datetime)
+    return previous - croniter(cron_of(schedule), previous).get_prev(datetime)

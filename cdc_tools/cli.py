@@ -209,11 +209,12 @@ def run_both(args) -> int:  # type: ignore[no-untyped-def]
 
 
 def run_status_command(namespace: argparse.Namespace) -> int:
-    """`cdc status`: one line per table, freshness measured by the data (no Spark)."""
+    """`cdc status`: one line per table, its health (ok, warn, error or unknown, with the
+    reasons) and freshness measured by the data (no Spark)."""
     from cdc_pipeline.errors import CdcError
     from cdc_pipeline.paths import TablePaths
     from spark_jobs.common import one_line
-    from spark_jobs.freshness import data_freshness
+    from spark_jobs.table_health import status_of
 
     loaded = load_table_configs(namespace.config)
     try:
@@ -227,9 +228,14 @@ def run_status_command(namespace: argparse.Namespace) -> int:
     now = parse_timestamp(namespace.at) if namespace.at else None
     documents = []
     for table in tables:
-        freshness = data_freshness(table, TablePaths.for_table(table.name), now)
-        documents.append(freshness.document())
-        print(freshness.line(), flush=True)
+        freshness, health = status_of(table, TablePaths.for_table(table.name), now)
+        document = {"table": table.name, "health": health.state, "reasons": health.reasons}
+        if freshness is not None:
+            document.update(freshness.document())
+        documents.append(document)
+        reasons = f" ({'; '.join(health.reasons)})" if health.reasons else ""
+        values = freshness.line().partition(": ")[2] if freshness is not None else ""
+        print(f"status {table.name}: health={health.state}{reasons} {values}".rstrip(), flush=True)
     summaries.record("tables", documents)
     return 0
 

@@ -1,0 +1,96 @@
+"""The facts of a table's health as the tables show them (no Spark, no Airflow): freshness by
+data, whether every table of it opens, the last `cdc check`, the last stage run's quarantine.
+The state itself is decided in one place, `cdc_pipeline.health`."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from cdc_pipeline.columns import CHECK_FILE
+from cdc_pipeline.config import TableConfig
+from cdc_pipeline.errors import CdcError
+from cdc_pipeline.health import Health, HealthFacts, table_health
+from cdc_pipeline.paths import TablePaths
+from cdc_pipeline.schedules import schedule_period
+from spark_jobs import delta
+from spark_jobs.freshness import DataFreshness, data_freshness
+from spark_jobs.storage import store_for
+
+
+def unreadable_table(paths: TablePaths) -> str | None:
+    """The first of the table's Delta tables whose log cannot be read, and why (None: all open)."""
+    for path in (paths.final, paths.staging, paths.ledger, paths.applied, paths.quarantine):
+        try:
+            delta.open_table(path)
+        except CdcError as error:
+            return str(error)
+    return None
+
+
+def check_breaches(paths: TablePaths) -> tuple[str, ...]:
+    """The breaches the table's last `cdc check` found (none: passed, or never checked)."""
+    path = paths.table_root / CHECK_FILE
+    try:
+        text = store_for(path).read_text(path)
+        if text is None:
+            return ()
+        result = json.loads(text)
+        return () if result.get("ok") else tuple(str(b) for b in result.get("breaches") or [])
+    except (OSError, ValueError, AttributeError) as error:
+        return (f"the check result {path} is unreadable ({error})",)
+
+
+def last_quarantine_fraction(ledger_rows: list[dict[str, Any]]) -> float | None:
+    """The share of rows the newest stage run quarantined (None: no run read any row)."""
+    runs: dict[str, list[dict[str, Any]]] = {}
+    for row in ledger_rows:
+        runs.setdefault(str(row.get("run_id")), []).append(row)
+    if not runs:
+        return None
+    oldest = datetime.min.replace(tzinfo=UTC)
+    newest = max(runs.values(), key=lambda rows: max(r.get("staged_at") or oldest for r in rows))
+    good = sum(int(r.get("rows_staged") or 0) for r in newest)
+    bad = sum(int(r.get("rows_quarantined") or 0) for r in newest)
+    return None if good + bad == 0 else bad / (good + bad)
+
+
+def health_facts(
+    table: TableConfig, paths: TablePaths, data: DataFreshness | None, unreadable: str | None
+) -> HealthFacts:
+    """What the tables say of `table` now (`data` None: its freshness could not be read)."""
+    now = data.measured_at if data is not None else datetime.now(UTC)
+    lag: timedelta | None = None
+    if data is not None and data.oldest_waiting is not None:
+        lag = max(timedelta(0), data.measured_at - data.oldest_waiting)
+    fraction = None
+    if unreadable is None:
+        fraction = last_quarantine_fraction(delta.arrow_table_rows(paths.ledger))
+    return HealthFacts(
+        period=schedule_period(table.schedule, now),
+        freshness=table.freshness.delta if table.freshness else None,
+        lag=lag,
+        applied_anything=bool(data and data.files_applied),
+        files_outside_window=data.files_outside_window if data is not None else 0,
+        unreadable=unreadable,
+        source_error=data.source_error if data is not None else None,
+        check_breaches=check_breaches(paths),
+        quarantine_fraction=fraction,
+        max_quarantine_fraction=table.max_quarantine_fraction,
+    )
+
+
+def status_of(
+    table: TableConfig, paths: TablePaths, now: datetime | None = None
+) -> tuple[DataFreshness | None, Health]:
+    """`cdc status` of one table: its freshness by data (None when a table cannot be read) and
+    its health."""
+    unreadable = unreadable_table(paths)
+    data = None
+    if unreadable is None:
+        try:
+            data = data_freshness(table, paths, now)
+        except CdcError as error:
+            unreadable = str(error)
+    return data, table_health(health_facts(table, paths, data, unreadable))
