@@ -644,7 +644,9 @@ def table_status(
     unreadable = unreadable_table(paths)
     data = None
     try:
-        data = data_freshness(table, paths, now) if unreadable is None else None
+        properties = _kafka_properties(table)
+        if unreadable is None:
+            data = data_freshness(table, paths, now, kafka_properties=properties)
     except Exception as error:  # a broken table still gets its row, measured by its runs
         log.exception("table %s: freshness by data unreadable", table.name)
         unreadable = str(error).strip().splitlines()[0] if str(error).strip() else repr(error)
@@ -670,6 +672,22 @@ def table_status(
         **_delta_facts(paths, problems),
         problem="; ".join(problems) or None,
     )
+
+
+def _kafka_properties(table: TableConfig) -> dict[str, str] | None:
+    """A Kafka table's client properties from its Airflow connection (None: the process's own
+    CDC_KAFKA_* variables, or not a Kafka table)."""
+    if table.source != "kafka":
+        return None
+    from cdc_airflow.backends import kafka_environment
+    from cdc_pipeline.kafka_settings import properties_from_environment
+
+    try:
+        found = kafka_environment(table.kafka_conn_id)
+    except Exception:  # the process cannot read connections: its own variables apply
+        log.warning("table %s: connection %s unreadable here", table.name, table.kafka_conn_id)
+        return None
+    return properties_from_environment(found) if found else None
 
 
 def _health(

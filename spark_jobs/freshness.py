@@ -9,6 +9,7 @@ the freshness alert read it.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -84,13 +85,17 @@ def _from_ns(value: int | None) -> datetime | None:
 
 
 def data_freshness(
-    table: TableConfig, paths: TablePaths, now: datetime | None = None
+    table: TableConfig,
+    paths: TablePaths,
+    now: datetime | None = None,
+    *,
+    kafka_properties: Mapping[str, str] | None = None,
 ) -> DataFreshness:
     """The table's freshness by data now: a run ending now would list the hours of its late-arrival
     window; what it would stage, and what is staged but not applied, is waiting."""
     now = now or datetime.now(UTC)
     if table.source == "kafka":
-        return _kafka_freshness(table, paths, now)
+        return _kafka_freshness(table, paths, now, kafka_properties)
     is_extract = table.change_format == "snapshot"
     end = now.replace(minute=0, second=0, microsecond=0) + HOUR  # the current hour is listed
     window = landing.listing_interval(
@@ -120,7 +125,12 @@ def data_freshness(
     )
 
 
-def _kafka_freshness(table: TableConfig, paths: TablePaths, now: datetime) -> DataFreshness:
+def _kafka_freshness(
+    table: TableConfig,
+    paths: TablePaths,
+    now: datetime,
+    properties: Mapping[str, str] | None,
+) -> DataFreshness:
     """A Kafka table's freshness: what it applied (the ledger's ranges, as for files) and what
     waits (its topic's unstaged messages, then the staged ranges not applied)."""
     from spark_jobs.kafka.lag import topic_lag
@@ -130,7 +140,7 @@ def _kafka_freshness(table: TableConfig, paths: TablePaths, now: datetime) -> Da
     marks = applied.applied_rows(paths)
     done = {(r["batch"], r["file"]) for r in marks}
     changes = [e.newest_change for i, e in ledger.items() if i in done and e.newest_change]
-    lag = topic_lag(table, paths)
+    lag = topic_lag(table, paths, properties)
     staged_waiting = [e.staged_at for e in pending.files if e.staged_at is not None]
     oldest = [t for t in [lag.oldest_waiting, *staged_waiting] if t is not None]
     return DataFreshness(

@@ -5,6 +5,7 @@ broker's offsets and staging's log, one message's timestamp per lagging partitio
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -27,11 +28,17 @@ class TopicLag:
     error: str | None = None
 
 
-def topic_lag(table: TableConfig, paths: TablePaths) -> TopicLag:
-    """The table's lag behind its topic (an unreachable broker is reported, not raised)."""
+def topic_lag(
+    table: TableConfig, paths: TablePaths, properties: Mapping[str, str] | None = None
+) -> TopicLag:
+    """The table's lag behind its topic (an unreachable broker is reported, not raised);
+    `properties` the client's (default: the environment's CDC_KAFKA_* variables)."""
     assert table.topic is not None
     try:
-        properties = require_properties(table)
+        if properties is None:
+            properties = require_properties(table)
+        else:
+            require_bootstrap(properties, table.name, table.kafka_conn_id)
         offsets = broker.topic_offsets(properties, table.topic)
         lags = lag_of(table, delta.load_snapshot(paths.staging), offsets)
         waiting = {

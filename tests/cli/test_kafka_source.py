@@ -273,3 +273,20 @@ def test_a_missing_topic_or_a_stopped_broker_fails_with_one_line_and_the_retry_i
     send(kafka_broker, topic, [(change("U", 1, "b", 2, 2), 0)])
     run(workspace, kafka_broker, "k")
     assert [r[:3] for r in final(workspace, "k")] == [(1, "b", 2)]
+
+
+def test_reset_staging_keeps_the_offsets_staged(
+    workspace: Workspace, kafka_broker: KafkaBroker
+) -> None:
+    """The offsets live in staging's log as txn actions: reset-staging's overwrite keeps them, so
+    the next run stages only the new messages."""
+    topic = new_topic(kafka_broker, partitions=2)
+    workspace.configure(kafka_row("k", topic))
+    send(kafka_broker, topic, [(change("I", 1, "a", 1, 1), 0), (change("I", 2, "b", 2, 2), 1)])
+    run(workspace, kafka_broker, "k")
+    reset = kafka_cdc(workspace, kafka_broker, "reset-staging", "k")
+    assert reset.returncode == 0, reset.stderr
+    send(kafka_broker, topic, [(change("U", 2, "b2", 3, 3), 1)])
+    counts = run(workspace, kafka_broker, "k")
+    assert counts["staged"] == "1"
+    assert [r[:3] for r in final(workspace, "k")] == [(1, "a", 1), (2, "b2", 3)]
