@@ -101,10 +101,42 @@ def open_table(path: Location) -> DeltaTable | None:
         return None
     except DeltaError as error:
         cause = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+        damaged = damaged_commit(path)
+        where = f"version {damaged[0]}, {damaged[1]}" if damaged else "its log (_delta_log)"
         raise TableDamagedError(
-            f"the Delta table {path} cannot be read ({cause}): its log (_delta_log) is damaged; "
-            "restore the damaged commit file from a backup (retrying does not help)"
-        ) from error
+            f"the Delta table {path} cannot be read ({cause}): {where} is damaged. Retrying "
+            "does not help: restore that commit file from a backup (docs/operations.md, "
+            "Damaged tables, tells how to rebuild the table instead)"
+        ) from None
+
+
+# How many of a log's newest commit files are parsed to name a damaged one.
+DAMAGE_SCAN_COMMITS = 200
+
+
+def damaged_commit(path: Location) -> tuple[int, str] | None:
+    """(version, file) of the newest commit file of the table's log that is not JSON lines (a
+    truncated or overwritten commit), among its newest DAMAGE_SCAN_COMMITS; None if none is."""
+    log_dir = path / "_delta_log"
+    store = store_for(log_dir)
+    try:
+        names = sorted(
+            (e.name for e in store.list_dir(log_dir) if e.name.endswith(".json")), reverse=True
+        )
+    except OSError:
+        return None
+    for name in names[:DAMAGE_SCAN_COMMITS]:
+        stem = name[: -len(".json")]
+        if not stem.isdigit():
+            continue
+        try:
+            text = store.read_text(log_dir / name) or ""
+            for line in text.splitlines():
+                if line.strip():
+                    json.loads(line)
+        except (OSError, ValueError):
+            return int(stem), f"_delta_log/{name}"
+    return None
 
 
 def load_snapshot(path: Location) -> Snapshot:
@@ -134,11 +166,8 @@ def ensure_table(
     path: Location, schema: StructType, partition_by: Sequence[str], description: str | None = None
 ) -> None:
     """Create an empty Delta table at `path` unless one exists (safe when two runs race)."""
-    try:
-        DeltaTable(str(path))
+    if open_table(path) is not None:  # a damaged log: TableDamagedError, not a raw DeltaError
         return
-    except TableNotFoundError:
-        pass
     store_for(path).make_dirs(path)
     delta_schema = Schema.from_json(schema.json())
     try:
@@ -151,7 +180,7 @@ def ensure_table(
         )
     except (CommitFailedError, OSError):
         # Another run created it in the meantime: that table is as good as ours.
-        DeltaTable(str(path))
+        open_table(path)
 
 
 def read_snapshot(

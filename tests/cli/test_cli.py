@@ -209,7 +209,7 @@ def test_a_damaged_delta_log_fails_with_one_line_naming_the_table(workspace: Wor
     assert result.returncode == 1
     line = result.stderr.strip().splitlines()[-1]  # after the JVM's own start-up warning
     assert line.startswith(f"error: run t: the Delta table {staging} cannot be read (")
-    assert "its log (_delta_log) is damaged" in line
+    assert "version 0, _delta_log/00000000000000000000.json is damaged" in line
 
 
 def test_every_command_prints_one_json_object_with_json(workspace: Workspace) -> None:

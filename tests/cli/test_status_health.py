@@ -48,7 +48,7 @@ def test_a_damaged_log_is_an_error_naming_the_table(workspace: Workspace) -> Non
     assert document["health"] == "error"
     [reason] = document["reasons"]
     assert reason.startswith(f"unreadable: the Delta table {staging} cannot be read (")
-    assert "restore the damaged commit file" in reason
+    assert "version 0, _delta_log/00000000000000000000.json is damaged" in reason
 
 
 def test_files_outside_the_window_warn_and_a_breached_check_is_an_error(
@@ -70,3 +70,23 @@ def test_files_outside_the_window_warn_and_a_breached_check_is_an_error(
         "error",
         "check breached: key 1 twice",
     )
+
+
+def test_a_step_on_a_damaged_log_fails_once_naming_the_version_and_file(
+    workspace: Workspace,
+) -> None:
+    """The raw DeltaError of a truncated commit becomes one line: the table, the version, the
+    file and the way out; exit 1 with no traceback (Airflow fails it without retries)."""
+    workspace.configure(ROW)
+    workspace.land("t", "2024-01-01T00", "a.csv", [{"FLAG": "I", "ID": 1, "TS": "2024-01-01"}])
+    staging = workspace.paths("t").staging
+    write_deltalake(str(staging), pa.table({"ID": [1]}))
+    write_deltalake(str(staging), pa.table({"ID": [2]}), mode="append")
+    commit = staging / "_delta_log" / "00000000000000000001.json"
+    commit.write_text(commit.read_text()[:40])
+    result = cdc(workspace, "stage", "t", "--start", "2024-01-01", "--end", "2024-01-01T01:00:00Z")
+    assert result.returncode == 1
+    assert "Traceback" not in result.stderr
+    line = result.stderr.strip().splitlines()[-1]
+    assert line.startswith(f"error: stage t: the Delta table {staging} cannot be read (")
+    assert "version 1, _delta_log/00000000000000000001.json is damaged. Retrying does not" in line

@@ -205,7 +205,9 @@ def test_a_damaged_delta_log_fails_once_naming_the_table_without_retries(
         operator(workspace).execute(context())
     message = str(raised.value)
     assert message.startswith(f"stage t: the Delta table {ledger} cannot be read (")
-    assert "its log (_delta_log) is damaged; restore the damaged commit file" in message
+    assert "version 0, _delta_log/00000000000000000000.json is damaged. Retrying does not help" in (
+        message
+    )
 
 
 def test_on_kill_interrupts_the_tasks_spark_work_on_the_server(
