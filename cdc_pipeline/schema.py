@@ -57,6 +57,11 @@ def is_spark_sql_type(text: str) -> bool:
     )
 
 
+def is_length_type(text: str) -> bool:
+    """True for `varchar(n)` and `char(n)`: Spark reads and writes them as string."""
+    return bool(_TEXT.match(text.strip().lower()))
+
+
 def normalize_type(spark_type: str) -> str:
     """A Spark SQL type name in one spelling: `long` -> `bigint`, `numeric(5)` -> `decimal(5,0)`."""
     text = spark_type.strip().lower()

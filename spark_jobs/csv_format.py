@@ -11,17 +11,23 @@ that is not valid UTF-8 or does not fit the header goes to quarantine with the l
 null, says so in a warning, and quarantines the file's rows only when the column is one every
 row needs (a key, a sequence_by column, the flag). Line breaks inside quoted values are not
 supported (as with Spark's CSV reader without multiLine): each part becomes a quarantined row.
+
+The dialect is RFC 4180's: a comma between fields, double quotes around a field that holds one,
+a doubled double quote inside a quoted field for one double quote, a backslash an ordinary
+character. A file's last row without a line end may be cut mid-write: it is quarantined, and
+the completed file, a new version of it, is read whole by a later run.
 """
 
 from __future__ import annotations
 
 import csv
 import gzip
+import io
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import Column, DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 
 from cdc_pipeline.config import COLUMN_PATTERN, TableConfig
@@ -38,6 +44,15 @@ HEADER_LIMIT = 1 << 20
 CORRUPT = "__corrupt"
 LINE = "value"
 NOT_UTF8 = "row is not valid UTF-8 text (its bytes that are not are U+FFFD in _cdc_raw)"
+# How much of a file's end is read on the driver to know whether its last row has a line end.
+TAIL_BYTES = 4096
+CUT = "__cut"
+UNTERMINATED = (
+    "the file's last row has no line end: it may be cut mid-write, so it is not applied; the "
+    "completed file (its last row ending in a line end) is read whole as a new version"
+)
+# RFC 4180: a doubled quote inside a quoted field is one quote; a backslash is a character.
+DIALECT = {"sep": ",", "quote": '"', "escape": '"'}
 
 Scan = Callable[[DataFrame], DataFrame]
 
@@ -122,6 +137,7 @@ def read_csv_changes(
         if header.has_line:
             # The header is each file's first line read; data rows are numbered from 0.
             lines = lines.filter(F.col(ROW) > 0).withColumn(ROW, F.col(ROW) - 1)
+        lines = _mark_cut_rows(lines, [_arrival_key(p) for p in group if has_unterminated_row(p)])
         text_columns = {c for c, t in table.columns.items() if t.lower() == "string"}
         frames.append(_parse_lines(lines, header, wanted, problem, text_columns))
     if not frames:
@@ -147,9 +163,10 @@ def _parse_lines(
     text = F.when(valid, F.col(LINE)).otherwise(F.make_valid_utf8(F.col(LINE)))
     fields = [f"`__c{i}` STRING" for i in range(width)] + [f"`{CORRUPT}` STRING"]
     options = {"columnNameOfCorruptRecord": CORRUPT, "mode": "PERMISSIVE", "emptyValue": EMPTY}
-    parsed = F.from_csv(text, ", ".join(fields), options)
+    parsed = F.from_csv(text, ", ".join(fields), {**DIALECT, **options})
     error = F.coalesce(
         F.lit(problem).cast("string"),
+        F.when(F.col(CUT), F.lit(UNTERMINATED)),
         F.when(~valid, F.lit(NOT_UTF8)),
         F.when(parsed[CORRUPT].isNotNull(), _field_count_reason(text, width)),
     )
@@ -170,6 +187,38 @@ def _parse_lines(
 # Spark's CSV reader gives null for an unquoted empty field and for a quoted one (`""`) alike:
 # the quoted one is read as this marker first and then as the empty string it is.
 EMPTY = "\u0001cdc-empty\u0001"
+
+
+def has_unterminated_row(path: Location) -> bool:
+    """True when a file's last line holds text but no line end (metadata: its last TAIL_BYTES
+    bytes, read on the driver). A gzip file is not looked into: cut, it is not valid gzip."""
+    if path.name.lower().endswith(".gz"):
+        return False
+    try:
+        with store_for(path).open_read(path) as handle:
+            end = handle.seek(0, io.SEEK_END)
+            handle.seek(max(0, end - TAIL_BYTES))
+            tail = handle.read()
+    except OSError:
+        return False  # its header read says why the file cannot be read
+    last_break = max(tail.rfind(b"\n"), tail.rfind(b"\r"))
+    return bool(tail[last_break + 1 :].strip())
+
+
+def _arrival_key(path: Location) -> str:
+    """A landed file as its rows' `_cdc_batch`/`_cdc_file` ('2024-01-01T00/a.csv')."""
+    day, hour, name = str(path).split("/")[-3:]
+    return f"{day.removeprefix('dt=')}T{hour.removeprefix('hr=')}/{name}"
+
+
+def _mark_cut_rows(lines: DataFrame, cut_files: list[str]) -> DataFrame:
+    """`lines` with CUT: true for the last row of the files whose last row has no line end (no
+    Spark work when there are none)."""
+    if not cut_files:
+        return lines.withColumn(CUT, F.lit(False))
+    file_key = F.concat_ws("/", F.col(BATCH), F.col(FILE))
+    last = F.max(ROW).over(Window.partitionBy(BATCH, FILE))
+    return lines.withColumn(CUT, file_key.isin(cut_files) & (F.col(ROW) == last))
 
 
 def _field_count_reason(text: Column, width: int) -> Column:

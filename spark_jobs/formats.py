@@ -219,6 +219,43 @@ def _line_error(v: Column, is_object: Column) -> Column:
     )
 
 
+# A line's structure: escapes removed, then every string emptied, so brackets and values show.
+NO_ESCAPES = r"\\."
+STRINGS = r'"[^"]*"'
+# A closing bracket followed by anything a JSON value never has there: a second value, text.
+AFTER_CLOSE = r"[}\]]\s*[^,}\]\s]"
+NON_NUMBER = r"(?<![\w.])[+-]?(NaN|Infinity|INF)(?!\w)"
+LONE_SURROGATE = (
+    r"(?i)\\ud[89ab][0-9a-f]{2}(?!\\ud[c-f][0-9a-f]{2})"
+    r"|(?<!\\ud[89ab][0-9a-f]{2})\\ud[c-f][0-9a-f]{2}"
+)
+TRAILING = "malformed line: text after its JSON value (one JSON value per line)"
+NAN_LITERAL = "malformed line: NaN or Infinity, which is not a JSON number (send null or text)"
+SURROGATE = "malformed line: a \\u escape is a lone UTF-16 surrogate, not a character"
+DUPLICATE = "malformed line: a field is named more than once in one object"
+
+
+def _strict_reason(v: Column) -> Column:
+    """Why a line is not exactly one JSON value, beyond Spark's parse (null when it is): Spark
+    reads the first value of `{..}{..}` and drops the rest; an unparsed line says what in it is
+    not JSON (a NaN literal, a lone surrogate, a repeated field) rather than "not JSON"."""
+    line = F.col(LINE)
+    structure = F.regexp_replace(F.regexp_replace(line, NO_ESCAPES, ""), STRINGS, '""')
+
+    def count(characters: str) -> Column:
+        return F.length(F.regexp_replace(structure, f"[^{characters}]", ""))
+
+    unbalanced = (count("{") != count("}")) | (count(r"\[") != count(r"\]"))
+    keys = F.expr(f"json_object_keys({LINE})")
+    return (
+        F.when(v.isNotNull() & (structure.rlike(AFTER_CLOSE) | unbalanced), F.lit(TRAILING))
+        .when(v.isNotNull() | _too_deep(v), F.lit(None))
+        .when(line.rlike(LONE_SURROGATE), F.lit(SURROGATE))
+        .when(structure.rlike(NON_NUMBER), F.lit(NAN_LITERAL))
+        .when(F.size(keys) != F.size(F.array_distinct(keys)), F.lit(DUPLICATE))
+    )
+
+
 def _change(op: str | Column, image: Column, types: Column) -> Column:
     return F.struct(
         (F.lit(op) if isinstance(op, str) else op).alias(OP),
@@ -589,8 +626,9 @@ def read_json_changes(spark: SparkSession, table: TableConfig, lines: DataFrame)
     # Spark keeps a text line's bytes as they are; JSON parsing would turn bytes that are not
     # UTF-8 into U+FFFD silently, so such a line is quarantined instead (its raw text made valid).
     utf8 = F.is_valid_utf8(F.col(LINE))
-    kind = F.when(~utf8, F.lit("malformed")).otherwise(kind)
-    error = F.when(~utf8, F.lit(NOT_UTF8)).otherwise(error)
+    strict = _strict_reason(v)
+    kind = F.when(~utf8 | strict.isNotNull(), F.lit("malformed")).otherwise(kind)
+    error = F.when(~utf8, F.lit(NOT_UTF8)).when(strict.isNotNull(), strict).otherwise(error)
     parsed = lines.filter(F.trim(F.col(LINE)) != "").select(
         F.col(LINE),
         *[F.col(c) for c in ARRIVAL],
@@ -618,12 +656,16 @@ def read_json_changes(spark: SparkSession, table: TableConfig, lines: DataFrame)
             F.map_keys(F.col(f"__change.{IMAGE}")).alias(CARRIED),
             F.when(malformed, F.make_valid_utf8(F.col(LINE))).alias(RAW),
             F.when(malformed, F.col(FORMAT_ERROR)).alias(FORMAT_ERROR),
+            *([F.col(LINE).alias(SOURCE_LINE)] if _exact_text_columns(table) else []),
             *[F.col(name) for name in format_columns],
             *[F.col(c) for c in ARRIVAL],
         )
     )
     names, batch_types, conversions, undeclared = _batch_columns(table, rows)
-    projection = [_value(name, conversions.get(name)).alias(name) for name in names]
+    exact = _exact_text_columns(table)
+    projection = [
+        _value(name, conversions.get(name), exact=name in exact).alias(name) for name in names
+    ]
     frame = rows.select(
         *projection,
         *[F.col(name) for name in format_columns],
@@ -744,9 +786,44 @@ def column_names(
     return usable, ignored
 
 
-def _value(name: str, conversion: str | None) -> Column:
-    """A column's value as text (JSON text for nested values), converted when its type says so."""
+def _exact_text_columns(table: TableConfig) -> set[str]:
+    """The declared columns of a flat line's object: a JSON number sent to one is typed from its
+    source text (the parse holds it as a double or a trimmed decimal: `1.10` as 1.1, `1e-400`
+    as 0, `-0.0` as 0), so a string column keeps it and a bad value is quarantined as sent."""
+    if table.columns is None or table.change_format not in ("flat", "snapshot"):
+        return set()
+    return set(table.columns)
+
+
+SOURCE_LINE = "__line"
+# A top-level field's number as written on the line: the line split at its quotes (escapes
+# removed first) alternates text outside strings and string contents; the depth of the
+# brackets outside strings finds the field name at the object's own level, and the text after
+# it the number.
+NUMBER_TEXT = r"""aggregate(
+  split(regexp_replace({line}, '\\\\.', ''), '"', -1),
+  named_struct('inside', false, 'depth', 0, 'named', false, 'text', CAST(NULL AS STRING)),
+  (acc, part) -> named_struct(
+    'inside', NOT acc.inside,
+    'depth', CASE WHEN acc.inside THEN acc.depth ELSE acc.depth
+      + length(regexp_replace(part, '[^\\[{{]', '')) - length(regexp_replace(part, '[^\\]}}]', ''))
+      END,
+    'named', acc.inside AND acc.depth = 1 AND part = '{name}',
+    'text', CASE WHEN NOT acc.inside AND acc.named AND acc.text IS NULL
+      THEN nullif(regexp_extract(part, '^\\s*:\\s*(-?[0-9][0-9.eE+-]*)', 1), '')
+      ELSE acc.text END),
+  acc -> acc.text)"""
+
+
+def _value(name: str, conversion: str | None, *, exact: bool = False) -> Column:
+    """A column's value as text (JSON text for nested values), converted when its type says so;
+    `exact`: a number as the line wrote it."""
     text = F.variant_get(F.col(IMAGE)[name], "$", "string")
+    if exact:
+        kind = F.schema_of_variant(F.col(IMAGE)[name])
+        number = kind.startswith("DECIMAL") | kind.isin("DOUBLE", "FLOAT")
+        written = F.expr(NUMBER_TEXT.format(line=SOURCE_LINE, name=name))
+        return F.when(number, F.coalesce(written, text)).otherwise(text)
     if conversion is None:
         return text
     return F.expr(conversion.format(v=f"variant_get({IMAGE}['{name}'], '$', 'string')")).cast(

@@ -707,6 +707,8 @@ def ledger_row(
 # Parquet footers: driver-side metadata reads (no row data), grouped by schema.
 
 _NUMERIC = {"tinyint", "smallint", "int", "bigint", "float", "double"}
+# The mark of a timestamp column stored in nanoseconds (`timestamp(ns)`, `timestamp_ntz(ns)`).
+NANOS = "(ns)"
 _TEMPORAL = {"date", "timestamp", "timestamp_ntz"}
 
 
@@ -715,6 +717,9 @@ def spark_type_of(arrow_type: pa.DataType) -> str:
     files: integers, floats, decimals, text, booleans, dates and timestamps, nested types)."""
     if pa.types.is_dictionary(arrow_type):
         return spark_type_of(arrow_type.value_type)
+    if pa.types.is_timestamp(arrow_type) and arrow_type.unit == "ns":
+        # pandas' default: Spark reads it only as its count (staging.readers makes it text).
+        return spark_type_of(pa.timestamp("us", arrow_type.tz)) + NANOS
     if pa.types.is_unsigned_integer(arrow_type):
         # Spark widens unsigned Parquet integers to the next signed type.
         return {8: "smallint", 16: "int", 32: "bigint"}.get(arrow_type.bit_width, "decimal(20,0)")
@@ -729,7 +734,7 @@ def spark_type_of(arrow_type: pa.DataType) -> str:
 def _family(spark_type: str) -> str:
     if spark_type in _NUMERIC or spark_type.startswith("decimal"):
         return "number"
-    if spark_type in _TEMPORAL:
+    if spark_type.removesuffix(NANOS) in _TEMPORAL:
         return "time"
     if spark_type.startswith(("struct", "array", "map")):
         return "nested"
@@ -751,8 +756,28 @@ def probe_parquet(landing_file: LandingFile) -> dict[str, str]:
     Raises OSError or pyarrow's ArrowException when the footer cannot be read.
     """
     with store_for(landing_file.path).open_read(landing_file.path) as handle:
-        schema = pq.ParquetFile(handle).schema_arrow
+        footer = pq.ParquetFile(handle)
+        schema, metadata = footer.schema_arrow, footer.metadata
+    codecs = {
+        metadata.row_group(g).column(c).compression
+        for g in range(metadata.num_row_groups)
+        for c in range(metadata.num_columns)
+    }
+    unreadable = sorted(codecs & SPARK_MISSING_CODECS)
+    if unreadable:
+        raise UnsupportedParquetError(
+            f"compressed with {', '.join(unreadable)}, a codec Spark has no reader for; write it "
+            "with snappy, zstd or gzip (pyarrow: write_table(..., compression='zstd'))"
+        )
     return {f.name: spark_type_of(f.type) for f in schema}
+
+
+# Parquet codecs pyarrow writes and Spark's Parquet reader cannot decompress (no codec class).
+SPARK_MISSING_CODECS = {"BROTLI"}
+
+
+class UnsupportedParquetError(ValueError):
+    """A Parquet file whose footer reads but whose data Spark cannot read (its codec)."""
 
 
 @dataclass
@@ -761,6 +786,7 @@ class ParquetPlan:
 
     groups: list[list[LandingFile]] = field(default_factory=list)
     column_types: dict[str, str] = field(default_factory=dict)  # the type each column is read as
+    nanos: set[str] = field(default_factory=set)  # timestamp columns in nanoseconds in a file
     refusals: list[Refusal] = field(default_factory=list)
 
 
@@ -781,7 +807,7 @@ def plan_parquet(
     for landing_file in files:
         try:
             schemas.append((landing_file, probe_parquet(landing_file)))
-        except (OSError, pa.ArrowException) as error:
+        except (OSError, pa.ArrowException, UnsupportedParquetError) as error:
             message = (str(error).strip().splitlines() or [type(error).__name__])[0]
             plan.refusals.append(
                 _refusal(
@@ -831,15 +857,23 @@ def plan_parquet(
         for column, spark_type in schema.items():
             found.setdefault(column, set()).add(spark_type)
     plan.groups = list(groups.values())
+    plan.column_types = _read_types(found, declared is not None)
+    plan.nanos = {c for c, types in found.items() if any(t.endswith(NANOS) for t in types)}
+    return plan
+
+
+def _read_types(found: dict[str, set[str]], declared: bool) -> dict[str, str]:
+    """The type each column is read as, from the types the accepted files give it."""
+    column_types = {}
     for column, types in found.items():
         ordered = sorted(types)
         if len(ordered) == 1:
-            plan.column_types[column] = ordered[0]
-        elif declared is not None:
-            plan.column_types[column] = "string"  # read as text, typed row by row as declared
+            column_types[column] = ordered[0]
+        elif declared:
+            column_types[column] = "string"  # read as text, typed row by row as declared
         else:
             merged: str | None = ordered[0]
             for other in ordered[1:]:
                 merged = common_type(merged, other) if merged else None
-            plan.column_types[column] = merged or "string"
-    return plan
+            column_types[column] = merged or "string"
+    return column_types

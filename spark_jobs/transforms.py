@@ -234,12 +234,15 @@ def _ahead_of(value: Column, spark_type: str, column: str, limit: datetime) -> C
 
 def _value_reason(problem: str, column: str, tail: str) -> Column:
     """`<problem> in <column>: '<raw value>' <tail>`: a quarantine reason quoting the raw text."""
-    return F.concat(F.lit(f"{problem} in {column}: '"), F.col(raw_name(column)), F.lit(f"' {tail}"))
+    raw = F.make_valid_utf8(F.col(raw_name(column)))
+    return F.concat(F.lit(f"{problem} in {column}: '"), raw, F.lit(f"' {tail}"))
 
 
 # A partition value's folder is `<column>=<value>`, its characters escaped (up to 3 bytes each
 # for / = % and the like): 200 bytes of value keep the folder name under the usual 255 bytes.
 MAX_PARTITION_VALUE_BYTES = 200
+# The folder name Hive-style partitioning writes for a null value (and reads back as null).
+HIVE_DEFAULT_PARTITION = "__HIVE_DEFAULT_PARTITION__"
 
 
 # A text sequence value that is an ISO-8601 time with a UTC offset other than zero: text order is
@@ -270,27 +273,9 @@ def quarantine_reason(
     is_delete = F.col(FLAG).isin("D", TRUNCATE)  # a truncate carries no values at all
     identity = set(table.keys) | set(table.sequence_by)
     for column, spark_type in column_types.items():
-        unparsable = F.col(raw_name(column)).isNotNull() & F.col(column).isNull()
-        if column not in identity:
-            # A delete needs only its key and sequence; its other values are never used.
-            unparsable = unparsable & ~is_delete
-        not_finite = _not_finite(F.col(column), spark_type)
-        if not_finite is not None:
-            # Also for a delete: its values are staged with it.
-            checks.append(
-                F.when(not_finite, _value_reason("value out of range", column, NOT_FINITE))
-            )
-        checks.append(
-            F.when(
-                unparsable,
-                _value_reason("unparsable value", column, f"is not a valid {spark_type}"),
-            )
-        )
-        rounded = _rounded(column, spark_type)
-        if rounded is not None:
-            rounded = rounded if column in identity else rounded & ~is_delete
-            reason = f"has more decimal places than {spark_type} holds (never rounded)"
-            checks.append(F.when(rounded, _value_reason("value out of range", column, reason)))
+        # A delete needs only its key and sequence; its other values are never used.
+        used = F.lit(True) if column in identity else ~is_delete
+        checks += _value_checks(column, spark_type, used)
     for column, spark_type in column_types.items():
         if spark_type in TIME_TYPES:
             # Also for a delete: its values are staged with it.
@@ -304,6 +289,85 @@ def quarantine_reason(
     if table.partition_column is not None and table.partition_column in columns:
         checks += _partition_checks(table, table.partition_column, partition_type, is_delete)
     return F.coalesce(*checks)
+
+
+def _value_checks(column: str, spark_type: str, used: Column) -> list[Column]:
+    """Why a value cannot be stored as sent: not valid UTF-8 text, not finite, unparsable, rounded,
+    underflowing to zero, or a time truncated or shifted (`used`: the row needs the value)."""
+    value, raw = F.col(column), F.col(raw_name(column))
+    checks = []
+    if normalize_type(spark_type) == "string":
+        # A Parquet binary read as a string keeps its bytes: final must stay readable as UTF-8.
+        invalid = ~F.is_valid_utf8(value)
+        checks.append(F.when(invalid, _value_reason("invalid text", column, NOT_UTF8)))
+    not_finite = _not_finite(value, spark_type)
+    if not_finite is not None:
+        # Also for a delete: its values are staged with it.
+        checks.append(F.when(not_finite, _value_reason("value out of range", column, NOT_FINITE)))
+    unparsable = raw.isNotNull() & value.isNull() & used
+    checks.append(
+        F.when(
+            unparsable, _value_reason("unparsable value", column, f"is not a valid {spark_type}")
+        )
+    )
+    rounded = _rounded(column, spark_type)
+    if rounded is not None:
+        reason = f"has more decimal places than {spark_type} holds (never rounded)"
+        checks.append(F.when(rounded & used, _value_reason("value out of range", column, reason)))
+    if normalize_type(spark_type) in FLOAT_TYPES:
+        underflow = (value == 0) & F.regexp_extract(raw, UNSIGNED_MANTISSA, 1).rlike("[1-9]")
+        reason = f"is too small for a {spark_type} (never rounded to zero)"
+        checks.append(F.when(underflow & used, _value_reason("value out of range", column, reason)))
+    for problem, reason in _time_losses(column, spark_type):
+        lost = problem & value.isNotNull() & used
+        checks.append(F.when(lost, _value_reason("value out of range", column, reason)))
+    return checks
+
+
+# A number's digits before its exponent: underflow is a zero typed from digits that are not.
+UNSIGNED_MANTISSA = r"^\s*[+-]?([0-9.]*)"
+NOT_UTF8 = "is not valid UTF-8 text (its bytes that are not are U+FFFD here)"
+# A time's fraction past the microsecond that is not zero: Spark would truncate it.
+SUB_MICROSECOND = r"\d:\d{2}[.,]\d{6}\d*[1-9]"
+# The text after a date (a time of day), and the zone after a time of day.
+AFTER_DATE = r"^\s*[+-]?\d+-\d{1,2}-\d{1,2}(.*?)\s*$"
+MIDNIGHT_UTC = r"^([T ]00:00(:00([.,]0*)?)?\s*(Z|UTC|[+-]00(:?00)?)?)?$"
+AFTER_TIME = r"\d:\d{2}(?::\d{2}(?:[.,]\d*)?)?\s*(\S.*?)?\s*$"
+UTC_ZONE = r"^(Z|UTC|GMT|[+-]00(:?00)?)?$"
+
+
+def _time_losses(column: str, spark_type: str) -> list[tuple[Column, str]]:
+    """(problem, reason) for a time Spark would truncate or shift on the way in: digits past the
+    microsecond, a time of day sent to a date, a UTC offset sent to a timestamp_ntz."""
+    raw = F.col(raw_name(column))
+    kind = normalize_type(spark_type)
+    losses = []
+    if kind in ("timestamp", "timestamp_ntz"):
+        losses.append(
+            (
+                raw.rlike(SUB_MICROSECOND),
+                f"is more precise than a {kind} holds (microseconds; never truncated)",
+            )
+        )
+    if kind == "date":
+        time_of_day = F.regexp_extract(raw, AFTER_DATE, 1)
+        losses.append(
+            (
+                raw.rlike(AFTER_DATE) & ~time_of_day.rlike(MIDNIGHT_UTC),
+                "has a time of day, which a date does not hold (never dropped); declare the "
+                "column as timestamp",
+            )
+        )
+    if kind == "timestamp_ntz":
+        zone = F.regexp_extract(raw, AFTER_TIME, 1)
+        losses.append(
+            (
+                raw.rlike(AFTER_TIME) & ~zone.rlike(UTC_ZONE),
+                "has a UTC offset or time zone, which a timestamp_ntz does not hold (never "
+                "dropped); declare the column as timestamp, or send times without one",
+            )
+        )
+    return losses
 
 
 def _sequence_checks(
@@ -390,6 +454,16 @@ def _partition_checks(
     )
     checks.append(
         F.when(
+            (text == HIVE_DEFAULT_PARTITION) & ~is_delete,
+            F.lit(
+                f"partition_expression gives {HIVE_DEFAULT_PARTITION} "
+                f"({table.partition_expression}): Hive-style partitions read that folder name "
+                "back as null; make it give another value"
+            ),
+        )
+    )
+    checks.append(
+        F.when(
             (F.octet_length(text) > MAX_PARTITION_VALUE_BYTES) & ~is_delete,
             F.lit(
                 f"partition_expression gives a value longer than {MAX_PARTITION_VALUE_BYTES} "
@@ -422,8 +496,9 @@ def quarantined_changes(
 ) -> DataFrame:
     """Rows with a problem: their raw values as strings, the reason and where they came from."""
     raw_columns = [*column_types, table.flag_source]
+    # Quarantine is read by users too: text that is not UTF-8 is kept with U+FFFD for its bytes.
     return typed.filter(F.col(REASON).isNotNull()).select(
-        *[F.col(raw_name(c)).alias(c) for c in raw_columns],
+        *[F.make_valid_utf8(F.col(raw_name(c))).alias(c) for c in raw_columns],
         F.col(RAW),
         F.col(REASON),
         *[F.col(c) for c in ARRIVAL],

@@ -18,7 +18,7 @@ from cdc_pipeline.columns import TECHNICAL_PREFIX
 from cdc_pipeline.config.messages import COLUMN_PATTERN, NAME_PATTERN, PATTERN_HELP
 from cdc_pipeline.durations import parse_duration
 from cdc_pipeline.schedules import cron_of, schedule_problem
-from cdc_pipeline.schema import SPARK_TYPES_HELP, is_spark_sql_type
+from cdc_pipeline.schema import SPARK_TYPES_HELP, is_length_type, is_spark_sql_type
 
 
 class _ParsedText(str):
@@ -87,6 +87,12 @@ def _columns_are_typed(value: dict[str, str]) -> dict[str, str]:
             problems.append(f"column name {column!r} uses the reserved prefix {TECHNICAL_PREFIX}")
         if not isinstance(spark_type, str) or not is_spark_sql_type(spark_type):
             problems.append(f"type {spark_type!r} of {column} is not {SPARK_TYPES_HELP}")
+        elif is_length_type(spark_type):
+            # Spark stores varchar(n)/char(n) as string: the length would be checked nowhere.
+            problems.append(
+                f"type {spark_type!r} of {column} declares a length, which is not enforced "
+                "(the column would hold longer values): declare string"
+            )
     if problems:
         raise ValueError("; ".join(problems))
     return {column: spark_type.strip().lower() for column, spark_type in value.items()}

@@ -90,19 +90,28 @@ def _read_parquet(
     unioned: a column that is an int in one file and a string in another never fails the read."""
     plan = parquet or landing.plan_parquet(files, table.columns, table.flag_source)
     technical = {table.flag_source, *ARRIVAL}
+    nanos = plan.nanos
+    if nanos:
+        spark.conf.set(NANOS_AS_LONG, "true")  # else Spark refuses the column
     frames = [
-        _with_arrival(
-            spark.read.option("mergeSchema", "true").parquet(
-                *[landing.spark_path(f.path) for f in group]
+        _nanos_as_text(
+            _with_arrival(
+                spark.read.option("mergeSchema", "true").parquet(
+                    *[landing.spark_path(f.path) for f in group]
+                ),
+                "row_index",
             ),
-            "row_index",
+            _nanos_columns(group) if nanos else set(),
         )
         for group in plan.groups
     ]
+    # The nanosecond columns are text in every group, typed (and checked) row by row.
+    read_types = {c: "string" if c in nanos else t for c, t in plan.column_types.items()}
+    found = {c: _without_nanos(t) for c, t in plan.column_types.items()}
     if len(frames) == 1:
         frame = frames[0]
         found = {
-            f.name: f.dataType.simpleString()
+            f.name: found[f.name] if f.name in nanos else f.dataType.simpleString()
             for f in frame.schema.fields
             if f.name not in technical
         }
@@ -110,9 +119,8 @@ def _read_parquet(
     cast = [
         frame.select(
             *[
-                F.col(f"`{f.name}`").cast(plan.column_types[f.name]).alias(f.name)
-                if f.name in plan.column_types
-                and f.dataType.simpleString() != plan.column_types[f.name]
+                F.col(f"`{f.name}`").cast(read_types[f.name]).alias(f.name)
+                if f.name in read_types and f.dataType.simpleString() != read_types[f.name]
                 else F.col(f"`{f.name}`")
                 for f in frame.schema.fields
             ]
@@ -120,8 +128,35 @@ def _read_parquet(
         for frame in frames
     ]
     result = reduce(lambda a, b: a.unionByName(b, allowMissingColumns=True), cast)
-    found = {c: t for c, t in plan.column_types.items() if c not in technical}
+    found = {c: t for c, t in found.items() if c not in technical}
     return _flat_read(table, result, found)
+
+
+# Spark reads a Parquet timestamp in nanoseconds only as its count since the epoch.
+NANOS_AS_LONG = "spark.sql.legacy.parquet.nanosAsLong"
+NANOS_TEXT = (
+    "concat(date_format(timestamp_seconds((`{c}` - pmod(`{c}`, 1000000000)) div 1000000000), "
+    "'yyyy-MM-dd HH:mm:ss'), '.', lpad(CAST(pmod(`{c}`, 1000000000) AS STRING), 9, '0'))"
+)
+
+
+def _without_nanos(spark_type: str) -> str:
+    return spark_type.removesuffix(landing.NANOS)
+
+
+def _nanos_columns(group: Sequence[LandingFile]) -> set[str]:
+    """The group's timestamp columns stored in nanoseconds (its first file's footer: a group's
+    files share one schema)."""
+    types = landing.probe_parquet(group[0])
+    return {c for c, t in types.items() if t.endswith(landing.NANOS)}
+
+
+def _nanos_as_text(frame: DataFrame, columns: set[str]) -> DataFrame:
+    """Nanosecond counts as the exact time text (`2024-01-01 00:00:00.123456789`, UTC): typed
+    from it, whole microseconds are kept and finer digits quarantined, never truncated."""
+    for column in sorted(columns):
+        frame = frame.withColumn(column, F.expr(NANOS_TEXT.format(c=column)))
+    return frame
 
 
 def _flat_read(table: TableConfig, frame: DataFrame, found: dict[str, str]) -> ChangeRead:
