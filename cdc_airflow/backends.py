@@ -210,16 +210,24 @@ class ConnectBackend:
         from cdc_pipeline.config import load_table_configs
         from cdc_pipeline.paths import TablePaths
         from spark_jobs.common import noop_report, summary_payload
-        from spark_jobs.pending_work import interval_has_work
+        from spark_jobs.pending_work import files_outside_window, interval_has_work
 
         try:
             table = load_table_configs(args.config).table(args.table)
             interval = args.interval()
-            if interval_has_work(TablePaths.for_table(table.name), table, interval):
+            paths = TablePaths.for_table(table.name)
+            if interval_has_work(paths, table, interval):
                 return None
+            # Files outside the window are counted on a no-op stage too: its alert fires on
+            # every run while any remain.
+            outside = (
+                files_outside_window(paths, table, interval) if call.step.name == "stage" else 0
+            )
         except PERMANENT_ERRORS as error:
             raise permanent(call, error) from error
         report = noop_report(call.step.name, table.name, interval)
+        if outside:
+            report.result.files_outside_window = outside
         return summary_payload(report)
 
     def run_check(self, call: StepCall) -> dict[str, Any]:

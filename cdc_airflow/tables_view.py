@@ -211,6 +211,8 @@ def _behind(status: TableStatus) -> tuple[str, str]:
             f"<br>{data.files_outside_window} file(s) outside the late-arrival window, not "
             "applied: see `cdc status`"
         )
+        for found in data.outside_files[:3]:
+            text += f"<br><code>{_text(found.path)}</code>: <code>{_text(found.apply_with)}</code>"
     if fresh.overdue:
         deadline = f"<br>past deadline {fresh.deadline:%Y-%m-%d %H:%M}Z" if fresh.deadline else ""
         return "late", f"{text}{limit}{deadline}"

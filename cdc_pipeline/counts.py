@@ -63,6 +63,8 @@ class NoopCounts(Counts):
 
     noop: str | None = "true"
     files: int | None = 0
+    # Files landed before the window, never staged (stage only; the alert fires on no-ops too).
+    files_outside_window: int | None = None
 
 
 @dataclass

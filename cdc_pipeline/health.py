@@ -29,6 +29,7 @@ class HealthFacts:
     lag: timedelta | None = None  # age of the oldest change waiting; None: nothing waits
     applied_anything: bool = False
     files_outside_window: int = 0
+    outside_apply_with: str | None = None  # the command applying the oldest of them
     unreadable: str | None = None  # a table whose log cannot be read: which, and why
     source_error: str | None = None  # the Kafka broker could not be asked
     check_breaches: tuple[str, ...] = ()
@@ -79,9 +80,10 @@ def table_health(facts: HealthFacts) -> Health:
     elif facts.lag is not None and facts.lag >= warn_after:
         warnings.append(f"{_hours(facts.lag)} behind (warn after {_hours(warn_after)})")
     if facts.files_outside_window:
+        fix = f"`{facts.outside_apply_with}`" if facts.outside_apply_with else "`cdc run`"
         warnings.append(
             f"{facts.files_outside_window} file(s) outside the late-arrival window, never "
-            "applied: `cdc status` lists them; `cdc run` over their hour applies them"
+            f"applied: `cdc status` lists them; {fix} over their hour applies them"
         )
     limit, fraction = facts.max_quarantine_fraction, facts.quarantine_fraction
     if limit is not None and fraction is not None and fraction > limit:

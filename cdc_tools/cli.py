@@ -236,6 +236,8 @@ def run_status_command(namespace: argparse.Namespace) -> int:
         reasons = f" ({'; '.join(health.reasons)})" if health.reasons else ""
         values = freshness.line().partition(": ")[2] if freshness is not None else ""
         print(f"status {table.name}: health={health.state}{reasons} {values}".rstrip(), flush=True)
+        for line in freshness.backlog_lines() if freshness is not None else []:
+            print(line, flush=True)
     summaries.record("tables", documents)
     return 0
 

@@ -19,6 +19,47 @@ from cdc_pipeline.intervals import HOUR, Interval, format_timestamp
 from cdc_pipeline.paths import TablePaths
 from spark_jobs import applied, delta, landing
 
+BACKLOG_SHOWN = 20  # files listed per kind (the counts are always whole)
+
+
+@dataclass(frozen=True, kw_only=True)
+class BacklogFile:
+    """A landed file not applied: where, its hour, size and age, and the run that applies it."""
+
+    path: str  # relative to the table's landing folder: dt=.../hr=.../name
+    hour: str  # its hour folder's start, ISO 8601
+    size: int
+    age_hours: float
+    apply_with: str  # the command that stages and applies it
+
+    def document(self) -> dict[str, Any]:
+        """As plain JSON data."""
+        return {
+            "path": self.path,
+            "hour": self.hour,
+            "size": self.size,
+            "age_hours": round(self.age_hours, 2),
+            "apply_with": self.apply_with,
+        }
+
+
+def backlog(table: str, files: list[landing.LandingFile], now: datetime) -> tuple[BacklogFile, ...]:
+    """The first BACKLOG_SHOWN files, oldest hour first, each with `cdc run` over its hour."""
+    shown = []
+    for found in sorted(files, key=lambda f: (f.batch, f.relative))[:BACKLOG_SHOWN]:
+        hour = datetime.fromisoformat(f"{found.batch}:00:00+00:00")
+        start, end = format_timestamp(hour), format_timestamp(hour + HOUR)
+        shown.append(
+            BacklogFile(
+                path=found.relative,
+                hour=start,
+                size=found.size,
+                age_hours=max(0.0, (now.timestamp() - found.mtime_ns / 1e9) / 3600),
+                apply_with=f"cdc run {table} --start {start} --end {end}",
+            )
+        )
+    return tuple(shown)
+
 
 @dataclass(frozen=True)
 class DataFreshness:
@@ -37,6 +78,10 @@ class DataFreshness:
     messages_waiting: int | None = None
     partitions: int | None = None
     source_error: str | None = None
+    # The files behind files_waiting and files_outside_window (the first BACKLOG_SHOWN of each):
+    # what `cdc status --json` and the view list, with the command that applies them.
+    waiting_files: tuple[BacklogFile, ...] = ()
+    outside_files: tuple[BacklogFile, ...] = ()
 
     @property
     def waiting_hours(self) -> float | None:
@@ -59,6 +104,14 @@ class DataFreshness:
             "files_outside_window": self.files_outside_window,
             **(
                 {
+                    "waiting_files": [f.document() for f in self.waiting_files],
+                    "outside_files": [f.document() for f in self.outside_files],
+                }
+                if self.waiting_files or self.outside_files
+                else {}
+            ),
+            **(
+                {
                     "messages_waiting": self.messages_waiting,
                     "partitions": self.partitions,
                     "source_error": self.source_error,
@@ -71,9 +124,23 @@ class DataFreshness:
     def line(self) -> str:
         """`status orders: newest_change=... files_waiting=0 ...` (one line per table)."""
         values = " ".join(
-            f"{k}={'-' if v is None else v}" for k, v in self.document().items() if k != "table"
+            f"{k}={'-' if v is None else v}"
+            for k, v in self.document().items()
+            if k not in ("table", "waiting_files", "outside_files")
         )
         return f"status {self.table}: {values}"
+
+    def backlog_lines(self) -> list[str]:
+        """One indented line per listed file not applied: where, how old, the command."""
+        return [
+            f"  {kind}: {f.path} (hour {f.hour}, {f.size} bytes, {f.age_hours:.1f} h old): "
+            f"{f.apply_with}"
+            for kind, files in (
+                ("waiting", self.waiting_files),
+                ("outside window", self.outside_files),
+            )
+            for f in files
+        ]
 
 
 def _iso(value: datetime | None) -> str | None:
@@ -122,6 +189,8 @@ def data_freshness(
         files_waiting=len(not_staged) + len(pending.files),
         oldest_waiting=_from_ns(min(waiting)) if waiting else None,
         files_outside_window=len(outside),
+        waiting_files=backlog(table.name, not_staged, now),
+        outside_files=backlog(table.name, outside, now),
     )
 
 

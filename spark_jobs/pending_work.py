@@ -35,3 +35,17 @@ def interval_has_work(paths: TablePaths, table: TableConfig, interval: Interval)
     if unknown_files(listing.files, ledger):
         return True
     return bool(applied.pending_files(paths, table.change_format == "snapshot").files)
+
+
+def files_outside_window(paths: TablePaths, table: TableConfig, interval: Interval) -> int:
+    """Change files landed in hour folders before the run's window that no run staged (a files
+    table; folder listings and the ledger only)."""
+    from spark_jobs.landing import unknown_before
+
+    if table.source != "files":
+        return 0
+    window = listing_interval(
+        interval, table.late_arrival_window.delta, table.change_format == "snapshot"
+    )
+    ledger = read_ledger(delta.arrow_table_rows(paths.ledger))
+    return len(unknown_before(paths, window.start, table.file_format, ledger))

@@ -73,6 +73,9 @@ def health_facts(
         lag=lag,
         applied_anything=bool(data and data.files_applied),
         files_outside_window=data.files_outside_window if data is not None else 0,
+        outside_apply_with=data.outside_files[0].apply_with
+        if data is not None and data.outside_files
+        else None,
         unreadable=unreadable,
         source_error=data.source_error if data is not None else None,
         check_breaches=check_breaches(paths),

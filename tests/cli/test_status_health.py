@@ -58,10 +58,20 @@ def test_files_outside_the_window_warn_and_a_breached_check_is_an_error(
     workspace.land("t", "2024-01-01T00", "old.csv", [{"FLAG": "I", "ID": 1, "TS": "2024-01-01"}])
     document = status(workspace)
     assert document["health"] == "warn"
+    command = "cdc run t --start 2024-01-01T00:00:00Z --end 2024-01-01T01:00:00Z"
     assert document["reasons"] == [
         "1 file(s) outside the late-arrival window, never applied: `cdc status` lists them; "
-        "`cdc run` over their hour applies them"
+        f"`{command}` over their hour applies them"
     ]
+    [listed] = document["outside_files"]
+    assert (listed["path"], listed["hour"], listed["apply_with"]) == (
+        "dt=2024-01-01/hr=00/old.csv",
+        "2024-01-01T00:00:00Z",
+        command,
+    )
+    text = cdc(workspace, "status", "t").stdout.splitlines()
+    assert text[1].startswith("  outside window: dt=2024-01-01/hr=00/old.csv (hour 2024-01-01T00")
+    assert text[1].endswith(f"h old): {command}")
     check = workspace.paths("t").table_root / CHECK_FILE
     check.parent.mkdir(parents=True, exist_ok=True)
     check.write_text(json.dumps({"checked_at": "x", "ok": False, "breaches": ["key 1 twice"]}))

@@ -364,3 +364,14 @@ def test_a_kafka_connection_gives_the_steps_client_properties(
         "CDC_KAFKA_SASL_USERNAME": "cdc",
         "CDC_KAFKA_SASL_PASSWORD": "secret",
     }
+
+
+def test_a_noop_stage_still_counts_files_outside_the_window(
+    workspace: Workspace, dead_server: str
+) -> None:
+    """Nothing to stage in the window, but a file waits in an older hour: the no-op's counts say
+    so (without Spark), so the stage task's alert fires on every run while it waits."""
+    workspace.configure({**ROW, "late_arrival_window": "1h"})
+    workspace.land("t", "2023-12-31T20", "old.csv", [{"FLAG": "I", "ID": 1, "TS": "2023-12-31"}])
+    result = operator(workspace).execute(context())
+    assert result["counts"] == {"noop": "true", "files": 0, "files_outside_window": 1}
