@@ -9,7 +9,7 @@ DEPLOY_STAMP := .tools/deploy/.installed
 TEST_CATALOG_STAMP := .tools/spark-test-catalog/.fetched
 KAFKA_STAMP := .tools/kafka/.fetched
 
-.PHONY: install demo test lint typecheck clean system airflow bench bench-smoke bench-cycle
+.PHONY: install demo test test-fast lint typecheck clean system airflow bench bench-smoke bench-cycle
 
 install: $(STAMP) $(JARS_STAMP)
 
@@ -103,6 +103,12 @@ test: install lint typecheck $(DEBEZIUM_STAMP) $(MOTO_STAMP) $(DEPLOY_STAMP) $(T
   $(KAFKA_STAMP)
 	$(BIN)/python -m pytest tests
 	$(MAKE) bench-smoke
+
+# The inner loop (about 2 minutes): lint, types, the unit tests and the DAG parsing tests; no
+# Spark session, no server. `make test` runs everything.
+test-fast: install lint typecheck
+	$(BIN)/python -m pytest -q tests/unit tests/dags/test_dags.py tests/dags/test_config_property.py \
+	  tests/dags/test_operations_dags.py --deselect tests/unit/test_storage.py
 
 # overwrite-final vs a full rebuild vs a delta-rs MERGE (about 10 minutes on 2 cores);
 # options: .venv/bin/cdc bench --help. Results: bench-results/latest.json and latest.png.
