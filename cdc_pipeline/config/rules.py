@@ -343,3 +343,19 @@ def _kafka_fields_need_kafka(row: Fields) -> Iterator[Problem]:
     ]
     for name in set_here:
         yield name, "only for source kafka (this row reads files: set source: kafka)"
+
+
+@rule("starting_offsets", "columns", "on_schema_change")
+def _latest_start_learns_columns(row: Fields) -> Iterator[Problem]:
+    if (
+        row["starting_offsets"] == "latest"
+        and row["columns"] is None
+        and row["on_schema_change"] == "quarantine"
+    ):
+        # The first run records where it starts before any message showed a column: the
+        # columns are then learnt as a schema change, which quarantine refuses.
+        yield (
+            "on_schema_change",
+            "quarantine refuses the columns a starting_offsets: latest table learns from its "
+            "first messages: declare columns, or use evolve",
+        )

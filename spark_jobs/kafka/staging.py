@@ -9,7 +9,7 @@ row per range: what overwrite-final applies, as for a landed file).
 Quarantine is committed before staging: staging's commit is what marks the range consumed, so a
 crash between the two reads the range again, and its bad rows already in quarantine are not
 written twice. A crash after staging's commit and before the ledger's leaves ranges staged but
-unrecorded: the next run finds them (`recorded_ranges`) before it plans.
+unrecorded: the next run finds them (`recover_unrecorded`) before it plans.
 """
 
 from __future__ import annotations

@@ -64,3 +64,15 @@ def test_java_only_properties_are_not_given_to_librdkafka() -> None:
     assert librdkafka_properties(
         {"bootstrap.servers": "b:1", "ssl.truststore.location": "x", "sasl.jaas.config": "y"}
     ) == {"bootstrap.servers": "b:1"}
+
+
+def test_a_latest_start_without_columns_cannot_refuse_schema_changes() -> None:
+    from cdc_pipeline.config.loader import parse_config
+
+    row = {"name": "k", "source": "kafka", "topic": "t", "change_format": "debezium"}
+    row.update(keys=["id"], starting_offsets="latest", on_schema_change="quarantine")
+    problems = [str(p) for p in parse_config({"tables": [row]}).problems]
+    assert problems == [
+        "table k: on_schema_change: quarantine refuses the columns a starting_offsets: latest "
+        "table learns from its first messages: declare columns, or use evolve"
+    ]
