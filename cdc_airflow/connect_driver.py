@@ -3,10 +3,9 @@
 Spark's own server class (`SparkConnectServer`) isolates every client session's artifacts,
 including the classloader each query's generated code is compiled under, and Spark caches
 compiled code per classloader. Every task of every table opens a session of its own, so each
-step compiled all of its generated code again (about 37 classes a step, 7-12 ms each, measured
-on the cycle's tables). Here the server is Spark's Connect plugin on a session started with
-artifact isolation off (`connect_server.SERVER_ONLY_CONF`): sessions share one classloader and
-the compiled code, as the steps add no artifacts of their own.
+step compiled all of its generated code again. Here the server is Spark's Connect plugin on a
+session started with artifact isolation off (`connect_server.SERVER_ONLY_CONF`): sessions share
+one classloader and the compiled code, as the steps add no artifacts of their own.
 
 The program only keeps the driver alive: the plugin serves the clients, the JVM exits when this
 process does, and this process exits when the JVM does (Linux's parent-death signal).

@@ -3,10 +3,10 @@ workers fork.
 
 The LocalExecutor forks its workers from the scheduler, and each worker forks one process per
 task. A task of this package then imports the Spark Connect client (pyspark, pandas, pyarrow,
-grpc), the Task SDK's runner and the step modules: about a second of CPU per task, which at 65
-tables and two tasks each is a minute of a 2-core machine per cycle. Imported once here, in
-the scheduler before the workers fork, every task process starts with them (copy-on-write).
-Importing creates no thread, socket or gRPC channel, so forking afterwards is safe.
+grpc), the Task SDK's runner and the step modules, the larger part of a small task's CPU.
+Imported once here, in the scheduler before the workers fork, every task process starts with
+them (copy-on-write). Importing creates no thread, socket or gRPC channel, so forking afterwards
+is safe.
 
 It also runs fewer task processes than the tasks it accepts: `[cdc] task_processes` processes
 (default: core.parallelism, as the LocalExecutor), while the scheduler hands over up to
@@ -19,8 +19,8 @@ And its workers notice a task process's exit when it happens. A worker supervise
 them all on its way out, the supervisor slept in a wait on no pipes until its next heartbeat
 (up to `[workers] min_heartbeat_interval`) before it saw the exit and freed the process for the
 next task. Patched here (`notice_exit_at_once`): with no pipe left it waits for the process's exit
-itself, which returns the moment the process ends. Together the two left the two processes idle
-36-39 s of a 104-107 s cycle of 65 tables, 10 s of an 85-88 s one after (docs/performance.md).
+itself, which returns the moment the process ends. Together the two keep the task processes
+from idling between tasks (the figures: docs/performance-log.md).
 
 Use it as `AIRFLOW__CORE__EXECUTOR=cdc_airflow.executor.PreloadingLocalExecutor` (the local
 deployment does, with 2 task processes and parallelism 4); with another start method than fork

@@ -572,9 +572,8 @@ def warm_server(
     """Stage and overwrite-final every table once through the Connect server at `url`, on its
     own copy of the landing and warehouse folders; the seconds it took.
 
-    A server that serves every run is warm from its earlier cycles: a fresh JVM spends about
-    half of its CPU in its first hundred steps compiling Spark's code (stop 43: the JIT's
-    compile threads used about 90 CPU-s in 80 steps). The measured cycle is a later cycle's.
+    A server that serves every run is warm from its earlier cycles, while a fresh JVM spends
+    its first hundred or so steps compiling Spark's code: the measured cycle is a later cycle's.
     """
     from cdc_pipeline.config import load_table_configs
     from cdc_pipeline.intervals import Interval
@@ -761,8 +760,7 @@ def hour_guard(
     counts them).
 
     Nothing is paused earlier: a cycle that ends before then needs no pause, and a pause PATCH
-    while tasks run can stall the local launcher's SQLite metadata DB for its 60 s busy timeout
-    (seen in stop 42's cycle runs: every stall had a pause in it).
+    while tasks run can stall the local launcher's SQLite metadata DB for its 60 s busy timeout.
     """
     paused: set[str] = set()
     next_due = hour + 2 * timedelta(minutes=every)

@@ -59,10 +59,10 @@ def _registered_location(spark: Any, database: str, short: str) -> str | None:
     location (registered again).
 
     From the catalog's own entry (`SHOW TABLE EXTENDED`): it reads no Delta log, where
-    `DESCRIBE DETAIL` first brought Spark's copy of the table's state up to the version the run
-    just committed (3 jobs, 0.8 s of the server's time per run at 5M rows), and where
-    `tableExists` loads the table (and fails when its folder is gone). Names and databases are
-    lower-case letters, digits and _ (config), so the pattern matches only the name.
+    `DESCRIBE DETAIL` first brings Spark's copy of the table's state up to the version the run
+    just committed (Spark jobs on every run), and where `tableExists` loads the table (and fails
+    when its folder is gone). Names and databases are lower-case letters, digits and _ (config),
+    so the pattern matches only the name.
     """
     query = f"SHOW TABLE EXTENDED IN `{database}` LIKE '{short}'"
     rows = spark.sql(query).collect()  # metadata: the catalog's entry for one name

@@ -229,9 +229,9 @@ def changed_keys_on_driver(
     For at most LOCAL_KEYS_MAX changes: their key ranges are checked on the driver. The joins
     read the keys from the staging files again (a few milliseconds) rather than from a local
     relation of them: Spark analyses a local relation's rows at every analysis of a plan naming
-    it (about 14 ms at 20,000 keys, several times a run). And not their distinct: every join
-    of them is a semi or anti join, which a key named twice leaves as it is, and a distinct is
-    a shuffle, two more jobs before each broadcast of them.
+    it, several times a run. And not their distinct: every join of them is a semi or anti join,
+    which a key named twice leaves as it is, and a distinct is a shuffle, two more jobs before
+    each broadcast of them.
     """
     table = context.table
     keys, column = list(table.keys), table.partition_column

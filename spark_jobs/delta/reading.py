@@ -309,7 +309,7 @@ def local_frame(
 def with_known_schema(frame: DataFrame, fields: Sequence[StructField]) -> DataFrame:
     """`frame` told its columns (`fields`, made nullable), known without asking Spark: before
     a Connect client's `toArrow` runs a query it asks the server for the frame's schema, a
-    request of its own that analyses the whole plan (about 20 ms a query here)."""
+    request of its own that analyses the whole plan."""
     return frame.to(StructType([StructField(f.name, f.dataType, True) for f in fields]))
 
 
