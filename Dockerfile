@@ -33,6 +33,8 @@ COPY dags /opt/cdc/dags
 COPY plugins /opt/cdc/plugins
 COPY --from=jars /build/jars /opt/cdc/jars
 COPY --from=wheel /dist /tmp/dist
+# `[deploy]` includes `[spark]`, the full pyspark: the image runs the Connect server and
+# spark-submit (the package without extras has only the Spark Connect client).
 RUN pip install --no-cache-dir --constraint docker/constraints.txt "$(ls /tmp/dist/*.whl)[deploy]" \
  && pip check \
  && rm -rf /tmp/dist

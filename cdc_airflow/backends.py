@@ -330,6 +330,18 @@ class SubmitBackend:
     hook: SparkSubmitHook | None = None
 
     def run(self, call: StepCall) -> dict[str, Any]:
+        if (
+            self.spark_binary
+            and os.sep in self.spark_binary
+            and not Path(self.spark_binary).exists()
+        ):
+            # The light install (pyspark-client only) has no spark-submit and no Spark jars.
+            raise AirflowFailException(
+                f"{call.step.name}: connection {call.conn_id!r} runs spark-submit, and "
+                f"{self.spark_binary} does not exist (this install has only the Spark Connect "
+                "client): install `cdc-lakehouse[spark]` on the workers, or make the connection "
+                "a `spark_connect` one"
+            )
         with summary_file() as summary:
             self.hook = SparkSubmitHook(
                 conf=dict(self.conf),

@@ -58,7 +58,13 @@ def spark_home() -> Path:
     spec = importlib.util.find_spec("pyspark")
     if spec is None or spec.origin is None:
         raise ConnectServerError("pyspark is not installed in this Python")
-    return Path(spec.origin).parent
+    home = Path(spec.origin).parent
+    if not (home / "jars").is_dir():  # pyspark-client only: the light install
+        raise ConnectServerError(
+            "the Spark Connect server needs the full pyspark (this install has only the Connect "
+            "client, pyspark-client): install `cdc-lakehouse[spark]`"
+        )
+    return home
 
 
 def free_port() -> int:

@@ -129,8 +129,25 @@ def build_spark_session(
     return build_classic_session(app_name, master)
 
 
+# The light install (pyspark-client: the Spark Connect client, no JVM) has no classic Spark.
+CLASSIC_SPARK_MISSING = (
+    "classic Spark is not installed (this install has only the Spark Connect client, "
+    "pyspark-client): install `cdc-lakehouse[spark]`, or set CDC_SPARK_REMOTE=sc://HOST:PORT "
+    "to run the steps on a Spark Connect server"
+)
+
+
+def classic_spark_installed() -> bool:
+    """Whether the full pyspark (its JVM and jars) is installed, not only the Connect client."""
+    from pyspark.util import is_remote_only
+
+    return not is_remote_only()
+
+
 def build_classic_session(app_name: str = "cdc", master: str | None = None) -> SparkSession:
     """Get or create the in-process session; under spark-submit its master and resources win."""
+    if not classic_spark_installed():
+        raise UsageError(CLASSIC_SPARK_MISSING)
     # PySpark's per-process Connect switch, inherited from a process that ran a Connect client
     # (an Airflow worker that ran a Connect task before this spark-submit), would make the
     # builder look for a remote server.

@@ -194,6 +194,19 @@ def test_spark_submit_gets_the_connections_object_store_variables(
     assert object_store_environment() == {}  # no connection: the environment's own apply
 
 
+def test_a_spark_connection_without_spark_submit_fails_once_saying_what_to_install(
+    tmp_path: Path,
+) -> None:
+    # The light install (pyspark-client only) has no spark-submit beside its Python.
+    missing = str(tmp_path / "bin" / "spark-submit")
+    backend = SubmitBackend(application="stage.py", name="t", spark_binary=missing)
+    call = StepCall(step_named("stage"), ("t",), None, "spark_default", "tag", {})
+    with pytest.raises(AirflowFailException) as raised:
+        backend.run(call)
+    assert "`cdc-lakehouse[spark]`" in str(raised.value) and "spark_connect" in str(raised.value)
+    assert backend.hook is None  # nothing submitted
+
+
 def test_a_damaged_delta_log_fails_once_naming_the_table_without_retries(
     workspace: Workspace, dead_server: str
 ) -> None:

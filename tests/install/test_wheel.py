@@ -5,7 +5,14 @@ module and the files the code reads; every module imports from the venv; `cdc va
 `cdc run` apply an update and a delete exactly with the installed defaults (config, landing
 and warehouse under the working directory); Airflow loads the DAGs of the one-line DAG files,
 the provider info and the view from the package's entry points, and one `dags test` passes.
-The Spark steps run against a Spark Connect server started from the venv's own package.
+The Spark steps run against a Spark Connect server started from the venv's own package
+(installed with `[spark]`, the full pyspark).
+
+The light install (the wheel without extras: pyspark-client, the Spark Connect client, and no
+Spark jars) in a venv of its own: classic Spark fails with one line saying what to install;
+Airflow loads the DAGs, the provider and the view; `cdc run` applies an update and a delete
+exactly as a client of a Connect server run by the test run's own venv (tests/conftest.py). The
+operator's `dags test` in a light install: tests/install/test_lowest_airflow.py.
 """
 
 from __future__ import annotations
@@ -19,6 +26,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -30,7 +38,6 @@ from tests.helpers import Workspace, table_rows
 from tests.install.wheel_venv import (
     PACKAGES,
     REPO,
-    build_wheel,
     clean_environment,
     make_venv,
     run,
@@ -187,22 +194,24 @@ class Installed:
             self.server.wait(timeout=60)
 
 
-@pytest.fixture(scope="session")
-def installed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Installed]:
-    scratch = tmp_path_factory.mktemp("wheel")
+def install(wheel: Path, scratch: Path, extras: frozenset[str] = frozenset()) -> Installed:
+    """The wheel with `extras` in a fresh venv under `scratch`, a working folder beside it."""
     started = time.monotonic()
-    wheel = build_wheel(scratch)
-    built = time.monotonic()
     venv = scratch / "venv"
-    make_venv(venv, wheel, os.environ.get("CDC_TEST_WHEEL_DEPS", "linked"))
+    make_venv(venv, wheel, os.environ.get("CDC_TEST_WHEEL_DEPS", "linked"), extras)
     print(
-        f"\nwheel built in {built - started:.1f} s ({wheel.stat().st_size // 1024} KiB), "
-        f"installed with its dependencies in {time.monotonic() - built:.1f} s"
+        f"\nwheel{sorted(extras) or ''} installed with its dependencies in "
+        f"{time.monotonic() - started:.1f} s"
     )
     work = scratch / "work"
     work.mkdir()
     assert not work.resolve().is_relative_to(REPO)
-    result = Installed(wheel, venv, work, clean_environment(venv, scratch / "airflow_home"))
+    return Installed(wheel, venv, work, clean_environment(venv, scratch / "airflow_home"))
+
+
+@pytest.fixture(scope="session")
+def installed(built_wheel: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Installed]:
+    result = install(built_wheel, tmp_path_factory.mktemp("full"), frozenset({"spark"}))
     result.start_server()
     try:
         yield result
@@ -238,6 +247,11 @@ def test_every_module_imports_from_the_venv_outside_the_checkout(installed: Inst
 def test_cdc_validate_and_run_apply_an_update_and_a_delete_with_the_installed_defaults(
     installed: Installed,
 ) -> None:
+    check_cdc_run(installed, installed.connect_url())
+
+
+def check_cdc_run(installed: Installed, connect_url: str) -> None:
+    """`cdc validate`, then `cdc run` of one hour as a client of `connect_url`: final exact."""
     # Installed, the defaults are under the working folder: config/tables.yaml, landing/,
     # warehouse/ (docs/operations.md); no CDC_CONFIG, CDC_LANDING or CDC_WAREHOUSE.
     ws = Workspace(installed.work)
@@ -248,7 +262,7 @@ def test_cdc_validate_and_run_apply_an_update_and_a_delete_with_the_installed_de
     output = installed.run("cdc", "validate", "--json")
     summary = json.loads(output.splitlines()[0])
     assert summary["ok"] and summary["tables"] == ["t_cli", "t_dag"], output
-    env = {**installed.env, "CDC_SPARK_REMOTE": installed.connect_url()}
+    env = {**installed.env, "CDC_SPARK_REMOTE": connect_url}
     start, end = "2024-01-01T00:00:00Z", "2024-01-01T01:00:00Z"
     began = time.monotonic()
     installed.run("cdc", "run", "t_cli", "--start", start, "--end", end, env=env)
@@ -259,6 +273,12 @@ def test_cdc_validate_and_run_apply_an_update_and_a_delete_with_the_installed_de
 def test_airflow_loads_the_one_line_dag_files_provider_and_view_and_a_dags_test_passes(
     installed: Installed,
 ) -> None:
+    check_airflow(installed, installed.connect_url())
+
+
+def check_airflow(installed: Installed, connect_url: str, dags_test: bool = True) -> None:
+    """The DAG files, the provider and the view as Airflow finds them; then (`dags_test`) one
+    `dags test` whose steps are clients of `connect_url`: final exact."""
     ws = Workspace(installed.work / "airflow-data")
     ws.root.mkdir()
     ws.configure(columns_row("t_dag"))
@@ -268,7 +288,7 @@ def test_airflow_loads_the_one_line_dag_files_provider_and_view_and_a_dags_test_
     for name, line in DAG_FILES.items():
         (dags / name).write_text(line)
     home = Path(installed.env["AIRFLOW_HOME"])
-    host, port = connect_address(installed.connect_url())
+    host, port = connect_address(connect_url)
     env = {
         **installed.env,
         "AIRFLOW__CORE__DAGS_FOLDER": str(dags),
@@ -285,6 +305,8 @@ def test_airflow_loads_the_one_line_dag_files_provider_and_view_and_a_dags_test_
     assert set(seen["provider"]["config"]["cdc"]["options"]) == {"task_processes"}
     assert seen["plugins"]["cdc_tables"].startswith("cdc-lakehouse==0.1.0: EntryPoint(")
     assert seen["plugin_errors"] == {}
+    if not dags_test:
+        return
 
     installed.run(installed.python, "-m", "airflow", "db", "migrate", env=env)
     output = installed.run(
@@ -304,3 +326,65 @@ def test_airflow_loads_the_one_line_dag_files_provider_and_view_and_a_dags_test_
             db.execute("SELECT task_id, state FROM task_instance WHERE dag_id = 'cdc_t_dag'")
         )
     assert states["stage"] == states["overwrite_final"] == states["check"] == "success", states
+
+
+@pytest.fixture(scope="session")
+def light(built_wheel: Path, tmp_path_factory: pytest.TempPathFactory) -> Installed:
+    """The wheel without extras (pyspark-client, no Spark jars) in a venv of its own."""
+    return install(built_wheel, tmp_path_factory.mktemp("light"))
+
+
+# What the light venv holds of Spark, and whether its PySpark is the Connect client only.
+SPARK_INSTALLED = """
+import json, importlib.metadata as md, pathlib, pyspark
+from pyspark.util import is_remote_only
+def version(name):
+    try:
+        return md.version(name)
+    except md.PackageNotFoundError:
+        return None
+jars = pathlib.Path(pyspark.__file__).parent / "jars"
+print("RESULT " + json.dumps({
+    "pyspark": version("pyspark"), "pyspark-client": version("pyspark-client"),
+    "jars": sorted(p.name for p in jars.glob("*.jar")) if jars.is_dir() else None,
+    "remote_only": is_remote_only(),
+}))
+"""
+
+
+def test_the_light_install_has_only_the_connect_client_and_classic_spark_says_what_to_install(
+    light: Installed,
+) -> None:
+    spark = result_of(light.run(light.python, "-c", SPARK_INSTALLED))
+    assert spark["pyspark"] is None and spark["pyspark-client"] == "4.2.0", spark
+    assert not any(j.startswith("spark-core") for j in spark["jars"] or []), spark["jars"]
+    assert spark["remote_only"] is True
+    assert not (light.venv / "bin" / "spark-submit").exists()
+    # No CDC_SPARK_REMOTE: a classic session, which this install cannot start: one line.
+    (light.work / "config").mkdir(exist_ok=True)
+    config = {"tables": [columns_row("t_classic")]}
+    (light.work / "config" / "tables.yaml").write_text(yaml.safe_dump(config))
+    land_changes(Workspace(light.work), "t_classic")
+    command = ["cdc", "run", "t_classic", "--start", "2024-01-01", "--end", "2024-01-01T01:00:00Z"]
+    result = subprocess.run(
+        command, env=light.env, cwd=light.work, capture_output=True, text=True, timeout=120
+    )
+    assert result.returncode == 2, result.stdout + result.stderr
+    (line,) = result.stderr.strip().splitlines()
+    assert "`cdc-lakehouse[spark]`" in line and "CDC_SPARK_REMOTE" in line, line
+    # Nor can it run a Connect server of its own (`make airflow`'s, the image's).
+    server = [light.python, "-m", "cdc_airflow.connect_server", "--exec", "--port", "1"]
+    result = subprocess.run(
+        server, env=light.env, cwd=light.work, capture_output=True, text=True, timeout=120
+    )
+    assert result.returncode != 0 and "install `cdc-lakehouse[spark]`" in result.stderr
+
+
+def test_the_light_install_loads_the_dags_and_runs_cdc_as_a_client_of_a_connect_server(
+    light: Installed, connect_server: Any
+) -> None:
+    # The server is the test run's (tests/conftest.py), from its own venv with the full pyspark.
+    began = time.monotonic()
+    check_airflow(light, connect_server.url, dags_test=False)
+    check_cdc_run(light, connect_server.url)
+    print(f"\nlight install: DagBag and cdc run in {time.monotonic() - began:.1f} s")

@@ -4,10 +4,11 @@ The wheel is built from a scratch copy of the checkout (`pip wheel --no-deps`), 
 leaves no build/ folder in the working tree. The venv is made by this Python's `venv` without
 the project: its dependencies come one of two ways, `CDC_TEST_WHEEL_DEPS` chooses:
 
-- `linked` (default, 7-8 s on 2 cores and no disk: hard links): exactly the distributions the wheel's
-  Requires-Dist needs (their closure, extras followed, markers evaluated), hard-linked file by
-  file from this venv's RECORDs, which `make install` filled under docker/constraints.txt; their
-  console scripts rewritten for the new Python. The project's own editable install is never
+- `linked` (default, 7-8 s on 2 cores and no disk: hard links): exactly the distributions the
+  wheel's Requires-Dist needs with the extras asked for (none: the light install, pyspark-client
+  only; `spark`: the full pyspark too), their closure (extras followed, markers evaluated),
+  hard-linked file by file from this venv's RECORDs, which `make install` filled under
+  docker/constraints.txt; their console scripts rewritten for the new Python. The project's own editable install is never
   among them, nor a dev-only package. `pip check` then proves the wheel's requirements hold.
 - `index`: `pip install --constraint` from the package index as a user would (1.2 GB; on 2
   cores 59 s with pip's cache warm, 1 min 48 s with only the downloads cached).
@@ -114,14 +115,27 @@ def wanted(requirement: Requirement, extras: set[str]) -> bool:
     return any(requirement.marker.evaluate({"extra": extra}) for extra in {"", *extras})
 
 
-def dependency_closure(wheel: Path) -> list[metadata.Distribution]:
-    """The distributions of this venv that an extra-less install of the wheel needs.
+def dependency_closure(
+    wheel: Path, extras: frozenset[str] = frozenset()
+) -> list[metadata.Distribution]:
+    """The distributions of this venv that an install of the wheel with `extras` needs (none:
+    the light install, whose Spark is the Connect client only).
 
     Raises AssertionError when this venv lacks one or holds a version the wheel does not accept.
     """
     found: dict[str, metadata.Distribution] = {}
     extras_of: dict[str, set[str]] = {}
-    pending = [r for r in requirements_of(wheel) if wanted(r, set())]
+    own = canonicalize_name(
+        email.parser.Parser().parsestr(wheel_metadata(wheel, "METADATA"))["Name"]
+    )
+    pending = [r for r in requirements_of(wheel) if wanted(r, set(extras))]
+    # An extra of the project naming others of its own (`cdc-lakehouse[spark]`): theirs too.
+    while any(canonicalize_name(r.name) == own for r in pending):
+        for requirement in [r for r in pending if canonicalize_name(r.name) == own]:
+            pending.remove(requirement)
+            more = set(requirement.extras) - set(extras)
+            extras = extras | more
+            pending += [r for r in requirements_of(wheel) if wanted(r, more) and r not in pending]
     while pending:
         requirement = pending.pop()
         name = canonicalize_name(requirement.name)
@@ -170,13 +184,21 @@ def link_distribution(distribution: metadata.Distribution, venv: Path) -> int:
     return count
 
 
-def make_venv(venv: Path, wheel: Path, mode: str) -> None:
-    """A fresh venv of this Python with the wheel and its dependencies (see the module doc)."""
+def make_venv(
+    venv: Path,
+    wheel: Path,
+    mode: str,
+    extras: frozenset[str] = frozenset(),
+    constraints: Path | None = None,
+) -> None:
+    """A fresh venv of this Python with the wheel, with `extras`, and its dependencies (see the
+    module doc); `index` installs them under `constraints` (default: `make install`'s, i.e.
+    docker/constraints.txt)."""
     run([sys.executable, "-m", "venv", "--without-pip", str(venv)])
     python = str(venv / "bin" / "python")
     pip = [sys.executable, "-m", "pip", "--python", python]
     if mode == "index":
-        constraints = REPO / ".venv" / "constraints.txt"  # make install: docker/constraints.txt
+        constraints = constraints or REPO / ".venv" / "constraints.txt"
         run(
             [
                 *pip,
@@ -185,12 +207,12 @@ def make_venv(venv: Path, wheel: Path, mode: str) -> None:
                 "--no-compile",
                 "--constraint",
                 str(constraints),
-                str(wheel),
+                f"{wheel}[{','.join(sorted(extras))}]" if extras else str(wheel),
             ]
         )
     else:
         assert mode == "linked", f"CDC_TEST_WHEEL_DEPS={mode}: linked or index"
-        for distribution in dependency_closure(wheel):
+        for distribution in dependency_closure(wheel, extras):
             link_distribution(distribution, venv)
         run([*pip, "install", "--quiet", "--no-deps", "--no-index", str(wheel)])
     run([*pip, "check"])
