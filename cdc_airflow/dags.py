@@ -7,6 +7,7 @@ import logging
 import os
 import re
 import sys
+import time
 from collections.abc import Sequence
 from contextlib import ExitStack
 from datetime import datetime, timedelta
@@ -36,6 +37,8 @@ from cdc_airflow.backends import (
     kafka_environment,
     object_store_environment,
 )
+from cdc_airflow.lineage import StepLineage, run_lineage
+from cdc_airflow.metrics import send_failure, send_step_metrics
 from cdc_airflow.operations import dag_arguments, task_arguments
 from cdc_pipeline.config import ConfigLoadResult, default_config_path, load_table_configs
 from cdc_pipeline.jvm import utf8_locale
@@ -105,6 +108,8 @@ class CdcStepOperator(BaseOperator, SkipMixin):
     from the connection `kafka_conn_id` (or the worker's CDC_KAFKA_* variables without one).
     Either way the summary line is logged and the counts are returned (so, pushed to XCom). An
     interval with no landed file and no staged batch is a no-op reported without any Spark.
+    Each try sends its metrics through Airflow's Stats (cdc_airflow.metrics): the counts, the
+    table's freshness by data after the step that writes final, the duration, or a failure.
     """
 
     template_fields: Sequence[str] = ("application_args",)
@@ -115,6 +120,7 @@ class CdcStepOperator(BaseOperator, SkipMixin):
         cdc_step: str,
         application: str,
         application_args: Sequence[str] = (),
+        table: str | None = None,
         conn_id: str = "spark_default",
         object_store_conn_id: str = OBJECT_STORE_CONN_ID,
         kafka_conn_id: str | None = None,
@@ -133,6 +139,8 @@ class CdcStepOperator(BaseOperator, SkipMixin):
         self.cdc_step = cdc_step
         self.application = application
         self.application_args = list(application_args)
+        # The metrics' tag: the table, the steps' first argument unless given.
+        self.table = table or (self.application_args[0] if self.application_args else "")
         self.conn_id = conn_id
         self.object_store_conn_id = object_store_conn_id
         self.kafka_conn_id = kafka_conn_id
@@ -161,6 +169,10 @@ class CdcStepOperator(BaseOperator, SkipMixin):
         # quarantine's reasons, data freshness) use them; then the worker's own are back.
         self._object_store_env: dict[str, str] = {}
         self._applied = ExitStack()
+        # Freshness by data measured after the step that writes final (its metrics), which the
+        # stale-data alert (a post_execute hook) reads instead of measuring again.
+        self.data_freshness: Any = None
+        self._lineage: StepLineage | None = None  # what the run read and wrote, for OpenLineage
 
     def execute(self, context: Context) -> dict[str, Any]:
         if self.is_maintenance:
@@ -172,6 +184,7 @@ class CdcStepOperator(BaseOperator, SkipMixin):
                     "trigger with force_maintenance=true to run it now"
                 )
         self._backend = self.backend()
+        started = time.monotonic()
         try:
             self._object_store_env = object_store_environment(self.object_store_conn_id)
             if self.kafka_conn_id is not None:
@@ -181,9 +194,15 @@ class CdcStepOperator(BaseOperator, SkipMixin):
         except Exception as error:
             self._applied.close()
             self.record_failure(context, error)
+            send_failure(self.cdc_step, self.table)
             raise
         self.log.info("CDC summary: %s", report.get("line", "(none written)"))
         self._cdc_report = report
+        # The object store's variables are still applied: freshness reads the table's folders.
+        self.data_freshness = send_step_metrics(
+            self.cdc_step, self.table, report, time.monotonic() - started, self.config_path
+        )
+        self._lineage = run_lineage(self.cdc_step, self.table, self.config_path, report)
         return report
 
     def record_failure(self, context: Context, error: BaseException) -> None:
@@ -253,6 +272,13 @@ class CdcStepOperator(BaseOperator, SkipMixin):
         self.log.info("not due in [%s, %s): %s", start, end, ", ".join(not_due))
         self.skip(ti, [self.dag.get_task(task_id) for task_id in not_due])
 
+    def get_openlineage_facets_on_complete(self, task_instance: Any) -> Any:
+        """The run's OpenLineage inputs and outputs (cdc_airflow.lineage, read by execute), which
+        the OpenLineage provider's listener sends when the task succeeds."""
+        from cdc_airflow.lineage import operator_lineage
+
+        return operator_lineage(self._lineage)
+
     def on_kill(self) -> None:
         """Interrupt this task's Spark work on the Connect server, or kill the spark-submit."""
         if self._backend is not None:
@@ -267,6 +293,7 @@ def build_task(plan: DagPlan, task: TaskPlan, config_path: Path) -> CdcStepOpera
         maintenance_after=gated if step_named(task.step).writes_final else None,
         task_id=task.task_id,
         cdc_step=task.step,
+        table=plan.table,
         config_path=str(config_path.resolve()),
         maintenance_schedule=task.maintenance_schedule,
         is_maintenance=task.is_maintenance,

@@ -35,15 +35,22 @@ from cdc_airflow.alerts import (
 from cdc_pipeline.counts import OverwriteCounts, StageCounts, count
 from cdc_pipeline.durations import format_duration
 from cdc_pipeline.manual_runs import run_interval
-from cdc_pipeline.planning import DagPlan, TaskPlan, cron_of, table_asset_uri
+from cdc_pipeline.planning import (
+    DagPlan,
+    TaskPlan,
+    cron_of,
+    table_asset_name,
+    table_asset_uri,
+)
 from cdc_pipeline.steps import step_named
 
 log = logging.getLogger(__name__)
 
 
 def table_asset(table: str) -> Asset:
-    """The Airflow asset of a table's final table: what a downstream DAG schedules on."""
-    return Asset(table_asset_uri(table))
+    """The Airflow asset of a table's final table, `cdc.<table>` at its storage URI: what a
+    downstream DAG schedules on (where the DAG processor's CDC_WAREHOUSE says it is)."""
+    return Asset(name=table_asset_name(table), uri=table_asset_uri(table))
 
 
 TABLE_POOLS_ENV = "CDC_TABLE_POOLS"
@@ -64,7 +71,7 @@ def task_arguments(plan: DagPlan, task: TaskPlan) -> dict[str, Any]:
         # (max_active_tis_per_dag=1), and a maintenance step racing another run's rewrite is
         # caught at commit (exclusive rewrites, optimize's own conflict check) and recomputed.
         "pool": task.pool if table_pools_enabled() else None,
-        "outlets": [Asset(uri) for uri in task.outlets],
+        "outlets": [Asset(name=plan.asset_name, uri=uri) for uri in task.outlets],
         "pre_execute": FillRunInterval(cron_of(plan.schedule)),
     }
     if task.retries is not None:
@@ -77,7 +84,7 @@ def task_arguments(plan: DagPlan, task: TaskPlan) -> dict[str, Any]:
         )
     if task.outlets:
         arguments["post_execute"] = PublishCounts(
-            Asset(task.outlets[0]),
+            Asset(name=plan.asset_name, uri=task.outlets[0]),
             plan.table,
             format_duration(plan.freshness) if plan.freshness else None,
             tuple(plan.notify),
@@ -201,7 +208,9 @@ def alert_if_stale(context: Any, table: str, freshness: str, notify: Sequence[st
     config = getattr(task, "config_path", None)
     try:
         row = load_table_configs(config).table(table)
-        data = data_freshness(row, TablePaths.for_table(table))
+        # The operator measured it after the step for its metrics (cdc_airflow.metrics).
+        measured = getattr(task, "data_freshness", None)
+        data = measured or data_freshness(row, TablePaths.for_table(table))
     except Exception:  # the alert must not fail a run that applied its changes
         log.exception("table %s: freshness by data unreadable", table)
         return

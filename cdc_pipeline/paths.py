@@ -127,6 +127,11 @@ class ObjectPath:
 Location = Path | ObjectPath
 
 
+def location_uri(location: Location) -> str:
+    """A folder as a URI: `s3://bucket/key`, or `file:///absolute/path` for a local one."""
+    return str(location) if isinstance(location, ObjectPath) else location.resolve().as_uri()
+
+
 def as_location(text: str | Path) -> Location:
     """`s3://bucket/prefix` as an ObjectPath; anything else a resolved local Path.
 

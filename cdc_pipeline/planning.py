@@ -8,6 +8,7 @@ from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 
 from cdc_pipeline.config import TableConfig
+from cdc_pipeline.paths import location_uri, warehouse_root
 
 # One preset table and one cron check for validation, DAGs and cadences (re-exported here).
 from cdc_pipeline.schedules import PRESETS, cron_of, is_due  # noqa: F401
@@ -35,7 +36,7 @@ class TaskPlan:
     execution_timeout: timedelta | None = None
     retries: int | None = None
     pool: str | None = None  # the table's pool: a rewrite or maintenance of the table
-    outlets: tuple[str, ...] = ()  # asset URIs this task updates
+    outlets: tuple[str, ...] = ()  # URIs of the assets this task updates (the plan names them)
 
 
 @dataclass(frozen=True)
@@ -58,6 +59,7 @@ class DagPlan:
     max_quarantine_fraction: float | None = None
     quarantine_action: str = "warn"
     asset_uri: str = ""
+    asset_name: str = ""
     # A Kafka table: the Airflow connection of its broker (None: the table reads files).
     kafka_conn_id: str | None = None
 
@@ -65,12 +67,18 @@ class DagPlan:
 # The pool `cdc_<name>` (1 slot) serializes the tasks whose step is `pooled` (they rewrite a
 # table's files), so maintenance never runs beside another run's rewrite (and two rewrites, which
 # would conflict at commit and recompute, take turns). Overlapping runs stage in parallel.
-ASSET_URI = "x-cdc://{table}/final"  # x-: a scheme of our own, left as it is by Airflow
+ASSET_NAME = "cdc.{table}"
+
+
+def table_asset_name(table: str) -> str:
+    """The Airflow asset name of a table's final table (`cdc.orders`)."""
+    return ASSET_NAME.format(table=table)
 
 
 def table_asset_uri(table: str) -> str:
-    """The Airflow asset URI of a table's final table (`x-cdc://orders/final`)."""
-    return ASSET_URI.format(table=table)
+    """The Airflow asset URI of a table's final table: where it is (`s3://bucket/warehouse/orders/
+    final`, `file:///.../warehouse/orders/final`), the dataset lineage tools know it by."""
+    return location_uri(warehouse_root() / table / "final")
 
 
 def plan_table_dag(table: TableConfig) -> DagPlan:
@@ -128,5 +136,6 @@ def plan_table_dag(table: TableConfig) -> DagPlan:
         max_quarantine_fraction=table.max_quarantine_fraction,
         quarantine_action=table.quarantine_action,
         asset_uri=asset_uri,
+        asset_name=table_asset_name(table.name),
         kafka_conn_id=table.kafka_conn_id if table.source == "kafka" else None,
     )

@@ -45,7 +45,10 @@ def dag_of(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, row: dict):  # type:
     return bag.dags[f"cdc_{row['name']}"]
 
 
-def test_the_plan_carries_the_rows_operations_settings() -> None:
+def test_the_plan_carries_the_rows_operations_settings(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("CDC_WAREHOUSE", str(tmp_path / "warehouse"))
     table = parse_config({"tables": [{**ROW, **OPS}]}).tables["t"]
     plan = plan_table_dag(table)
     assert plan.dagrun_timeout == timedelta(hours=1, minutes=30)
@@ -68,7 +71,7 @@ def test_the_plan_carries_the_rows_operations_settings() -> None:
         "check": None,
     }
     assert {task_id: task.outlets for task_id, task in by_id.items() if task.outlets} == {
-        "overwrite_final": ("x-cdc://t/final",)
+        "overwrite_final": ((tmp_path / "warehouse" / "t" / "final").resolve().as_uri(),)
     }
 
 
@@ -108,11 +111,14 @@ def test_the_parsed_dag_has_timeouts_pools_asset_callbacks_and_deadline(
     pooled = dag_of(tmp_path, monkeypatch, {**ROW, **OPS})
     assert pooled.get_task("stage").pool == "default_pool"
     assert pooled.get_task("optimize").pool == "cdc_t"
-    assert dag.get_task("overwrite_final").outlets == [Asset("x-cdc://t/final")]
+    monkeypatch.setenv("CDC_WAREHOUSE", "s3://lake/warehouse")
+    dag = dag_of(tmp_path, monkeypatch, {**ROW, **OPS})
+    final = Asset(name="cdc.t", uri="s3://lake/warehouse/t/final")
+    assert dag.get_task("overwrite_final").outlets == [final]
     check = dag.get_task("stage")._post_execute_hook
     assert check == QuarantineCheck("t", 0.1, "fail", ("ops_email", "audit"))
     assert dag.get_task("overwrite_final")._post_execute_hook == PublishCounts(
-        Asset("x-cdc://t/final"), "t", "2h", ("ops_email", "audit")
+        final, "t", "2h", ("ops_email", "audit")
     )
     (deadline,) = dag.deadline if isinstance(dag.deadline, list) else [dag.deadline]
     assert deadline.reference == DeadlineReference.DAGRUN_QUEUED_AT

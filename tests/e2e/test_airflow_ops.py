@@ -21,6 +21,7 @@ import pytest
 import yaml
 
 from cdc_pipeline.config import project_root
+from cdc_pipeline.paths import location_uri
 from tests.e2e.airflow_env import AirflowEnv
 from tests.helpers import Workspace, table_rows
 
@@ -287,7 +288,7 @@ def test_a_rest_run_without_logical_date_takes_the_latest_interval_feeds_the_ass
     while not probed() and time.monotonic() < until:
         time.sleep(3)
     (event,) = probed()
-    assert event["uri"] == "x-cdc://o_rest/final"
+    assert event["uri"] == location_uri(ws.paths("o_rest").final)  # the asset cdc.o_rest
     assert event["extra"]["data_interval_start"] == "2024-01-01T00:00:00+00:00"
     assert event["extra"]["data_interval_end"] == "2024-01-01T01:00:00+00:00"
     assert (event["extra"]["counts"]["changes"], event["extra"]["counts"]["rows_written"]) == (2, 2)

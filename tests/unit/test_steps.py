@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from cdc_pipeline.config import parse_config
 from cdc_pipeline.planning import plan_table_dag
 from cdc_pipeline.steps import count_task_ids, dag_steps, step_named
@@ -29,7 +31,10 @@ def test_the_facts_of_each_step() -> None:
     assert not step_named("as-of").in_dag
 
 
-def test_the_dag_plan_takes_pools_and_outlets_from_the_registry() -> None:
+def test_the_dag_plan_takes_pools_and_outlets_from_the_registry(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("CDC_WAREHOUSE", "s3://lake/warehouse")
     row = {
         "name": "orders",
         "columns": {"ID": "bigint", "TS": "timestamp"},
@@ -39,12 +44,14 @@ def test_the_dag_plan_takes_pools_and_outlets_from_the_registry() -> None:
     plan = plan_table_dag(parse_config({"tables": [row]}).tables["orders"])
     assert {t.task_id: (t.pool, t.outlets) for t in plan.tasks} == {
         "stage": (None, ()),
-        "overwrite_final": ("cdc_orders", ("x-cdc://orders/final",)),
+        "overwrite_final": ("cdc_orders", ("s3://lake/warehouse/orders/final",)),
         "reset_staging": ("cdc_orders", ()),
         "optimize": ("cdc_orders", ()),
         "vacuum": ("cdc_orders", ()),
         "check": (None, ()),
     }
+    # The asset of the table's final table: `cdc.<table>` at where final is.
+    assert (plan.asset_name, plan.asset_uri) == ("cdc.orders", "s3://lake/warehouse/orders/final")
 
 
 def test_the_run_composite_orders_its_line_from_the_steps_counts() -> None:
