@@ -233,11 +233,14 @@ def run_status_command(namespace: argparse.Namespace) -> int:
         if freshness is not None:
             document.update(freshness.document())
         documents.append(document)
-        reasons = f" ({'; '.join(health.reasons)})" if health.reasons else ""
         values = freshness.line().partition(": ")[2] if freshness is not None else ""
-        print(f"status {table.name}: health={health.state}{reasons} {values}".rstrip(), flush=True)
+        # One key=value line per table on stdout (scripts parse it); why, and the files not
+        # applied with the command for each, on stderr for the person reading.
+        print(f"status {table.name}: health={health.state} {values}".rstrip(), flush=True)
+        for reason in health.reasons:
+            print(f"status {table.name}: {health.state}: {reason}", file=sys.stderr, flush=True)
         for line in freshness.backlog_lines() if freshness is not None else []:
-            print(line, flush=True)
+            print(line, file=sys.stderr, flush=True)
     summaries.record("tables", documents)
     return 0
 

@@ -69,9 +69,15 @@ def test_files_outside_the_window_warn_and_a_breached_check_is_an_error(
         "2024-01-01T00:00:00Z",
         command,
     )
-    text = cdc(workspace, "status", "t").stdout.splitlines()
-    assert text[1].startswith("  outside window: dt=2024-01-01/hr=00/old.csv (hour 2024-01-01T00")
-    assert text[1].endswith(f"h old): {command}")
+    shown = cdc(workspace, "status", "t")
+    assert shown.stdout.startswith("status t: health=warn measured_at=")
+    assert len(shown.stdout.splitlines()) == 1  # one key=value line per table
+    why, listed_line = shown.stderr.splitlines()[-2:]
+    assert why == f"status t: warn: {document['reasons'][0]}"
+    assert listed_line.startswith(
+        "  outside window: dt=2024-01-01/hr=00/old.csv (hour 2024-01-01T00"
+    )
+    assert listed_line.endswith(f"h old): {command}")
     check = workspace.paths("t").table_root / CHECK_FILE
     check.parent.mkdir(parents=True, exist_ok=True)
     check.write_text(json.dumps({"checked_at": "x", "ok": False, "breaches": ["key 1 twice"]}))
