@@ -1,4 +1,4 @@
-"""The project's wheel, built once for the install tests (tests/install/wheel_venv.py)."""
+"""The project's wheel, built once for the install tests (tests/wheel_install/wheel_venv.py)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.install.wheel_venv import build_wheel
+from tests.wheel_install.wheel_venv import build_wheel
 
 
 @pytest.fixture(scope="session")

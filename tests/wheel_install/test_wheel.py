@@ -1,6 +1,6 @@
 """The wheel installed (not editable) in a fresh venv works from a folder outside the checkout.
 
-One build and one venv for the module (tests/install/wheel_venv.py): the wheel holds every
+One build and one venv for the module (tests/wheel_install/wheel_venv.py): the wheel holds every
 module and the files the code reads; every module imports from the venv; `cdc validate` and
 `cdc run` apply an update and a delete exactly with the installed defaults (config, landing
 and warehouse under the working directory); Airflow loads the DAGs of the one-line DAG files,
@@ -12,7 +12,7 @@ The light install (the wheel without extras: pyspark-client, the Spark Connect c
 Spark jars) in a venv of its own: classic Spark fails with one line saying what to install;
 Airflow loads the DAGs, the provider and the view; `cdc run` applies an update and a delete
 exactly as a client of a Connect server run by the test run's own venv (tests/conftest.py). The
-operator's `dags test` in a light install: tests/install/test_lowest_airflow.py.
+operator's `dags test` in a light install: tests/wheel_install/test_lowest_airflow.py.
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ from cdc_airflow.connect_server import free_port, port_open
 from cdc_airflow.local import connect_connection
 from cdc_pipeline.jvm import connect_address
 from tests.helpers import Workspace, table_rows
-from tests.install.wheel_venv import (
+from tests.wheel_install.wheel_venv import (
     PACKAGES,
     REPO,
     clean_environment,

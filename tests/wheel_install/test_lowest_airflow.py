@@ -1,6 +1,6 @@
 """The lowest Airflow the package declares works: the wheel's light install (no extras) with
 apache-airflow 3.2.0 and the lowest providers pyproject.toml accepts, from the package index in
-a fresh venv, every other package pinned by tests/install/lowest-airflow.txt (Airflow's own
+a fresh venv, every other package pinned by tests/wheel_install/lowest-airflow.txt (Airflow's own
 constraint files are not reachable here). Airflow loads the DAGs, the provider info and the
 view; one `dags test` applies an update and a delete exactly, its steps clients of the test
 run's Spark Connect server (tests/conftest.py). The highest end, the pinned stack of
@@ -23,12 +23,12 @@ from typing import Any
 import pytest
 from packaging.requirements import Requirement
 
-from tests.install.test_wheel import Installed, check_airflow, result_of
-from tests.install.wheel_venv import REPO, clean_environment, make_venv, requirements_of
+from tests.wheel_install.test_wheel import Installed, check_airflow, result_of
+from tests.wheel_install.wheel_venv import REPO, clean_environment, make_venv, requirements_of
 
 pytestmark = pytest.mark.slow
 
-LOWEST = REPO / "tests" / "install" / "lowest-airflow.txt"
+LOWEST = REPO / "tests" / "wheel_install" / "lowest-airflow.txt"
 # The distributions whose lowest version pyproject.toml declares: the lower bound of each range.
 RANGED = (
     "apache-airflow",
