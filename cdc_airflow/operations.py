@@ -48,7 +48,7 @@ log = logging.getLogger(__name__)
 
 
 def table_asset(table: str) -> Asset:
-    """The Airflow asset of a table's final table, `cdc.<table>` at its storage URI: what a
+    """The Airflow asset of a table's final table, named by its storage URI: what a
     downstream DAG schedules on (where the DAG processor's CDC_WAREHOUSE says it is)."""
     return Asset(name=table_asset_name(table), uri=table_asset_uri(table))
 

@@ -67,12 +67,14 @@ class DagPlan:
 # The pool `cdc_<name>` (1 slot) serializes the tasks whose step is `pooled` (they rewrite a
 # table's files), so maintenance never runs beside another run's rewrite (and two rewrites, which
 # would conflict at commit and recompute, take turns). Overlapping runs stage in parallel.
-ASSET_NAME = "cdc.{table}"
 
 
 def table_asset_name(table: str) -> str:
-    """The Airflow asset name of a table's final table (`cdc.orders`)."""
-    return ASSET_NAME.format(table=table)
+    """The Airflow asset name of a table's final table: its URI, as Airflow names an Asset given
+    only one. Airflow keeps one active asset per name: a name like `cdc.orders` made the asset
+    inactive (its tasks fail) as soon as the same table was parsed at another URI (a warehouse
+    moved, a second environment on one metadata DB)."""
+    return table_asset_uri(table)
 
 
 def table_asset_uri(table: str) -> str:

