@@ -89,6 +89,16 @@ def spark_mode(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) 
     return mode
 
 
+@pytest.fixture(scope="module", autouse=True)
+def classic_between_modules() -> None:
+    """Each module starts in classic mode: a module-scoped fixture is set up before any test's
+    spark_mode, and a step run in this process as a Connect client (build_connect_session sets
+    PySpark's switch for the process) would leave the next module's classic fixtures building
+    Connect columns."""
+    if os.environ.get("CDC_TEST_SPARK_MODES", "").strip() != CONNECT:
+        os.environ.pop("SPARK_CONNECT_MODE_ENABLED", None)
+
+
 @pytest.fixture(scope="session", autouse=True)
 def warnings_on_stderr() -> None:
     """Steps called in this process show their warnings as the `cdc` command does (stderr
