@@ -9,7 +9,7 @@ DEPLOY_STAMP := .tools/deploy/.installed
 TEST_CATALOG_STAMP := .tools/spark-test-catalog/.fetched
 KAFKA_STAMP := .tools/kafka/.fetched
 
-.PHONY: install demo test test-fast lint typecheck clean system airflow bench bench-smoke bench-cycle
+.PHONY: install demo test test-fast test-lowest-airflow lint typecheck clean system airflow bench bench-smoke bench-cycle
 
 install: $(STAMP) $(JARS_STAMP)
 
@@ -109,6 +109,11 @@ test: install lint typecheck $(DEBEZIUM_STAMP) $(MOTO_STAMP) $(DEPLOY_STAMP) $(T
 test-fast: install lint typecheck
 	$(BIN)/python -m pytest -q tests/unit tests/dags/test_dags.py tests/dags/test_config_property.py \
 	  tests/dags/test_operations_dags.py --deselect tests/unit/test_storage.py
+
+# The lowest Airflow the package declares (3.2.0 and the lowest providers, from the package index,
+# 3-6 minutes): `make test` deselects it for CI's time budget.
+test-lowest-airflow: install
+	CDC_TEST_LOWEST_AIRFLOW=1 $(BIN)/python -m pytest tests/wheel_install/test_lowest_airflow.py
 
 # overwrite-final vs a full rebuild vs a delta-rs MERGE (about 10 minutes on 2 cores);
 # options: .venv/bin/cdc bench --help. Results: bench-results/latest.json and latest.png.

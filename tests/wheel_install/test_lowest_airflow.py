@@ -94,11 +94,7 @@ def test_the_pinned_lowest_versions_are_the_lower_bounds_pyproject_declares(
     assert {n: pinned[n] for n in declared if not declared[n].specifier.contains(pinned[n])} == {}
 
 
-@pytest.mark.skipif(
-    os.environ.get("CDC_TEST_LOWEST_AIRFLOW") != "1",
-    reason="opt-in (CDC_TEST_LOWEST_AIRFLOW=1): installs Airflow 3.2.0 from PyPI and runs a dags "
-    "test, 3-6 min, which CI's 90-minute budget cannot take beside the rest of make test",
-)
+@pytest.mark.lowest_airflow
 def test_the_lowest_airflow_loads_the_dags_and_a_dags_test_passes_as_a_connect_client(
     lowest: Installed, connect_server: Any
 ) -> None:
