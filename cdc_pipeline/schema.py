@@ -57,6 +57,11 @@ def is_spark_sql_type(text: str) -> bool:
     )
 
 
+def is_nested_type(text: str) -> bool:
+    """True for `array<...>`, `map<...>` and `struct<...>` (any case, spaces before `<`)."""
+    return bool(re.match(r"^\s*(array|map|struct)\s*<", text.lower()))
+
+
 def is_length_type(text: str) -> bool:
     """True for `varchar(n)` and `char(n)`: Spark reads and writes them as string."""
     return bool(_TEXT.match(text.strip().lower()))

@@ -18,7 +18,12 @@ from cdc_pipeline.columns import TECHNICAL_PREFIX
 from cdc_pipeline.config.messages import COLUMN_PATTERN, NAME_PATTERN, PATTERN_HELP
 from cdc_pipeline.durations import parse_duration
 from cdc_pipeline.schedules import cron_of, schedule_problem
-from cdc_pipeline.schema import SPARK_TYPES_HELP, is_length_type, is_spark_sql_type
+from cdc_pipeline.schema import (
+    SPARK_TYPES_HELP,
+    is_length_type,
+    is_nested_type,
+    is_spark_sql_type,
+)
 
 
 class _ParsedText(str):
@@ -85,7 +90,13 @@ def _columns_are_typed(value: dict[str, str]) -> dict[str, str]:
             problems.append(f"column name {column!r} {PATTERN_HELP[COLUMN_PATTERN]}")
         elif column.lower().startswith(TECHNICAL_PREFIX):
             problems.append(f"column name {column!r} uses the reserved prefix {TECHNICAL_PREFIX}")
-        if not isinstance(spark_type, str) or not is_spark_sql_type(spark_type):
+        if isinstance(spark_type, str) and is_nested_type(spark_type):
+            # Change rows are flat: a nested value has no key, sequence or quarantine rule here.
+            problems.append(
+                f"type {spark_type!r} of {column} is nested, and nested types are not supported "
+                "(change rows are flat): flatten it into columns at the source"
+            )
+        elif not isinstance(spark_type, str) or not is_spark_sql_type(spark_type):
             problems.append(f"type {spark_type!r} of {column} is not {SPARK_TYPES_HELP}")
         elif is_length_type(spark_type):
             # Spark stores varchar(n)/char(n) as string: the length would be checked nowhere.

@@ -146,14 +146,15 @@ def test_json_times_numbers_and_lines_are_stored_as_sent_or_quarantined_by_rule(
 def test_csv_is_rfc_4180_and_a_row_cut_mid_write_waits_for_the_completed_file(
     workspace: Workspace,
 ) -> None:
-    """A doubled quote is one quote and a backslash a character; a sub-microsecond time is
-    quarantined as in JSON; a last row without a line end (key 12 cut to `1`) is quarantined,
-    never applied as key 1, and the completed file's new version applies key 12."""
+    """A doubled quote is one quote and a backslash a character; booleans in the exporters'
+    spellings are read, any other text quarantined; a sub-microsecond time is quarantined as in
+    JSON; a last row without a line end (key 12 cut to `1`) is quarantined, never applied as key
+    1, and the completed file's new version applies key 12."""
     workspace.configure(
         {
             "name": "c",
             "file_format": "csv",
-            "columns": {"ID": "bigint", "V": "string", "TS": "timestamp"},
+            "columns": {"ID": "bigint", "V": "string", "TS": "timestamp", "B": "boolean"},
             "keys": ["ID"],
             "sequence_by": ["TS"],
         }
@@ -163,25 +164,29 @@ def test_csv_is_rfc_4180_and_a_row_cut_mid_write_waits_for_the_completed_file(
         workspace,
         "c",
         "a.csv",
-        "ID,V,TS,FLAG\n"
-        f'1,"say ""hi""",{t},I\n'
-        f"2,C:\\dir\\,{t},I\n"
-        f'3,"C:\\dir\\",{t},I\n'
-        f"4,x,{t}.1234567,I\n",
+        "ID,V,TS,FLAG,B\n"
+        f'1,"say ""hi""",{t},I,t\n'
+        f"2,C:\\dir\\,{t},I,1\n"
+        f'3,"C:\\dir\\",{t},I,YES\n'
+        f"4,x,{t}.1234567,I,f\n"
+        f"6,w,{t},I,on\n"
+        f"7,n,{t},I,No\n",
     )
     cut = land(workspace, "c", "b.csv", f"FLAG,V,TS,ID\nI,y,{t},5\nI,z,{t},1")
     result = cdc(workspace, "run", "c", *HOUR, timeout=900)
     assert result.returncode == 0, result.stderr
-    assert counts_of(summary(result)) == ("6", "4", "2", "4")
+    assert counts_of(summary(result)) == ("8", "5", "3", "5")
     paths = workspace.paths("c")
-    assert table_rows(paths.final, ["ID", "V", "_cdc_file"]) == [
-        (1, 'say "hi"', "a.csv"),
-        (2, "C:\\dir\\", "a.csv"),
-        (3, "C:\\dir\\", "a.csv"),
-        (5, "y", "b.csv"),
+    assert table_rows(paths.final, ["ID", "V", "B", "_cdc_file"]) == [
+        (1, 'say "hi"', True, "a.csv"),
+        (2, "C:\\dir\\", True, "a.csv"),
+        (3, "C:\\dir\\", True, "a.csv"),
+        (5, "y", None, "b.csv"),
+        (7, "n", False, "a.csv"),
     ]
     quarantined = [
         ("a.csv", 3, lost("TS", f"{t}.1234567", SUB_MICRO)),
+        ("a.csv", 4, "unparsable value in B: 'on' is not a valid boolean"),
         ("b.csv", 1, UNTERMINATED),
     ]
     assert table_rows(paths.quarantine, QUARANTINE) == quarantined
@@ -195,6 +200,7 @@ def test_csv_is_rfc_4180_and_a_row_cut_mid_write_waits_for_the_completed_file(
         (2, "C:\\dir\\", "a.csv"),
         (3, "C:\\dir\\", "a.csv"),
         (5, "y", "~0001~b.csv"),
+        (7, "n", "a.csv"),
     ]
     assert table_rows(paths.quarantine, QUARANTINE) == quarantined
 

@@ -122,6 +122,14 @@ def test_unknown_type_is_named() -> None:
     ]
 
 
+def test_a_nested_type_is_refused_as_nested_not_as_unknown() -> None:
+    for nested in ("array<int>", "MAP<string, int>", "struct<a: int>"):
+        assert problems({**GOOD, "columns": {**GOOD["columns"], "X": nested}}) == [
+            f"table orders: columns: type {nested!r} of X is nested, and nested types are not "
+            "supported (change rows are flat): flatten it into columns at the source"
+        ]
+
+
 def test_partition_expression_needs_partition_column() -> None:
     assert problems({**GOOD, "partition_expression": "year(TS)"}) == [
         "table orders: partition_column: partition_expression and partition_column go together (set both or neither)"
