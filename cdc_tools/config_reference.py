@@ -79,6 +79,7 @@ Adding a row adds a table; nothing else changes.
 | `CDC_CONFIG` | `config/tables.yaml` | the config table file (`--config PATH` wins) |
 | `CDC_LANDING` | `landing/` | root of the landing folders: `{landing}/{name}/dt=YYYY-MM-DD/hr=HH/` |
 | `CDC_WAREHOUSE` | `warehouse/` | root of the Delta tables: `{warehouse}/{name}/final`, `staging`, ... |
+| `CDC_MAX_LINE_BYTES` | `16777216` (16 MiB) | the longest line a CSV or JSON change file may hold (at least 1 MiB); a file with a longer line is refused alone (one quarantine row naming the limit), since one such line can take the driver's memory and fail every run of its table. Raise it with `CDC_SPARK_DRIVER_MEMORY` (16 MiB lines read with Spark's default 1g) |
 
 The defaults are under the repository root and git-ignored. The Spark side has its own
 (`CDC_SPARK_REMOTE`, `CDC_SPARK_MASTER`, `CDC_SPARK_DRIVER_MEMORY`, `CDC_SPARK_CONNECT_TIMEOUT`):

@@ -13,6 +13,7 @@ before it (the earlier versions of the file included), whatever its name.
 from __future__ import annotations
 
 import hashlib
+import os
 import re
 import zlib
 from collections.abc import Iterable, Sequence
@@ -23,7 +24,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from cdc_pipeline.errors import InputError
+from cdc_pipeline.errors import InputError, UsageError
 from cdc_pipeline.intervals import HourBatch, Interval, batch_id
 from cdc_pipeline.paths import Location, TablePaths
 from cdc_pipeline.schema import common_type
@@ -432,15 +433,18 @@ class _GzipCheck:
     """Decompresses a `.gz` file's bytes as they are hashed (output dropped): a file Spark could
     not read is refused alone, before any Spark job (one bad file failed its whole hour)."""
 
-    def __init__(self) -> None:
+    def __init__(self, lines: _LongestLine | None = None) -> None:
         self.inflate = zlib.decompressobj(16 + zlib.MAX_WBITS)
+        self.lines = lines  # measures the decompressed text's lines
 
     def feed(self, chunk: bytes) -> None:
         try:
             while chunk:
                 if self.inflate.eof:  # the next gzip member (concatenated: one valid file)
                     self.inflate = zlib.decompressobj(16 + zlib.MAX_WBITS)
-                self.inflate.decompress(chunk, 1 << 16)  # output bounded: no gzip bomb
+                text = self.inflate.decompress(chunk, 1 << 16)  # output bounded: no gzip bomb
+                if self.lines is not None:
+                    self.lines.feed(text)
                 # After a member's end, the rest of the input is the next member's; otherwise
                 # what the output bound held back.
                 inflate = self.inflate
@@ -453,22 +457,84 @@ class _GzipCheck:
             raise OSError("not valid gzip data (the file ends inside a compressed block)")
 
 
+class _LongestLine:
+    """The longest line of a text fed chunk by chunk, exact from one chunk's length on (a line
+    inside one chunk is shorter than it): two byte searches per chunk."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.open = 0  # bytes since the last line end
+        self.longest = 0
+
+    def feed(self, chunk: bytes) -> None:
+        first = chunk.find(b"\n")
+        if first < 0:
+            self.open += len(chunk)
+        else:
+            self.longest = max(self.longest, self.open + first)
+            self.open = len(chunk) - chunk.rfind(b"\n") - 1
+        self.longest = max(self.longest, self.open)
+        if self.longest > self.limit:
+            raise LineTooLongError(self.limit)
+
+
+class LineTooLongError(OSError):
+    """A text file with a line longer than CDC_MAX_LINE_BYTES: Spark holds a line in one piece
+    of the driver's memory, and one such line would fail every run of its table."""
+
+    def __init__(self, limit: int) -> None:
+        super().__init__(
+            f"a line is longer than {MAX_LINE_ENV}={limit} bytes ({limit / 2**20:g} MiB), more "
+            f"than one change row may be: one line that size can take the driver's memory and "
+            f"fail every run of the table. Write one change per line; for longer rows raise "
+            f"{MAX_LINE_ENV} with CDC_SPARK_DRIVER_MEMORY"
+        )
+
+
+MAX_LINE_ENV = "CDC_MAX_LINE_BYTES"
+DEFAULT_MAX_LINE = 16 << 20
+
+
+def max_line_bytes() -> int:
+    """The longest line a CSV or JSON change file may hold (CDC_MAX_LINE_BYTES, at least 1 MiB:
+    the exact length of shorter lines is not measured)."""
+    text = os.environ.get(MAX_LINE_ENV, "").strip()
+    if not text:
+        return DEFAULT_MAX_LINE
+    if not text.isdigit() or int(text) < HASH_CHUNK:
+        raise UsageError(
+            f"{MAX_LINE_ENV}={text!r} must be a number of bytes of at least {HASH_CHUNK} (1 MiB)"
+        )
+    return int(text)
+
+
+TEXT_EXTENSIONS = (*EXTENSIONS["csv"], *EXTENSIONS["json"])
+
+
 def file_digest(path: Location) -> tuple[str, int, int]:
     """(sha256, size, mtime_ns) of a regular file, never through a link (O_NOFOLLOW).
 
-    Raises OSError when it cannot be read, or when it changed while it was hashed.
+    Raises OSError when it cannot be read, or when it changed while it was hashed; a CSV or JSON
+    file with a line longer than `max_line_bytes` raises LineTooLongError (an OSError).
     """
     store = store_for(path)
     before = store.info(path)
     if before is None:
         raise FileNotFoundError(2, "No such file or directory")
+    name = path.name.lower()
+    limit = max_line_bytes()
+    lines = _LongestLine(limit) if name.endswith(TEXT_EXTENSIONS) else None
     with store.open_read(path) as handle:
         digest = hashlib.sha256()
-        gzipped = _GzipCheck() if path.name.lower().endswith(".gz") else None
+        gzipped = _GzipCheck(lines) if name.endswith(".gz") else None
+        # A file no longer than the limit cannot hold a line over it: not searched.
+        plain = lines if gzipped is None and before.size > limit else None
         while chunk := handle.read(HASH_CHUNK):
             digest.update(chunk)
             if gzipped is not None:
                 gzipped.feed(chunk)
+            elif plain is not None:
+                plain.feed(chunk)
         if gzipped is not None:
             gzipped.finish()
     after = store.info(path)

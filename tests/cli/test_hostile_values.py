@@ -315,3 +315,50 @@ def test_a_varchar_column_is_refused_by_validate_with_the_alternative(
         "type 'varchar(3)' of V declares a length, which is not enforced (the column would hold "
         "longer values): declare string" in result.stdout + result.stderr
     )
+
+
+def test_a_line_too_long_for_the_driver_is_refused_alone_and_the_good_file_applied(
+    workspace: Workspace,
+) -> None:
+    """Issue 56 case 11 at a small limit (CDC_MAX_LINE_BYTES=1 MiB, its least): a file holding
+    one 1.5 MiB line (a JSON array) and one of NUL bytes without a line end (a sparse file) are
+    refused alone, naming the limit and the settings; good.json beside them is applied, and the
+    next run neither fails nor reports them again. The limit is found while the file is hashed:
+    a file no longer than it is never searched."""
+    workspace.configure(
+        {
+            "name": "big",
+            "file_format": "json",
+            "columns": {"ID": "bigint", "V": "string", "TS": "timestamp"},
+            "keys": ["ID"],
+            "sequence_by": ["TS"],
+        }
+    )
+    array = land(workspace, "big", "array.json", "[" + "1," * 750_000 + "1]\n")
+    folder = array.parent
+    (folder / "sparse.json").write_bytes(b"\0" * (2 << 20))
+    land(workspace, "big", "good.json", change(1, '"V": "kept"') + "\n")
+    limit = {"CDC_MAX_LINE_BYTES": str(1 << 20)}
+    result = cdc(workspace, "run", "big", *HOUR, timeout=900, **limit)
+    assert result.returncode == 0, result.stderr
+    assert summary(result)["files_refused"] == "2"
+    paths = workspace.paths("big")
+    assert table_rows(paths.final, ["ID", "V"]) == [(1, "kept")]
+
+    def refused(name: str) -> str:
+        size = (folder / name).stat().st_size
+        return (
+            f"unreadable file ({size} bytes): a line is longer than CDC_MAX_LINE_BYTES=1048576 "
+            "bytes (1 MiB), more than one change row may be: one line that size can take the "
+            "driver's memory and fail every run of the table. Write one change per line; for "
+            "longer rows raise CDC_MAX_LINE_BYTES with CDC_SPARK_DRIVER_MEMORY"
+        )
+
+    expected = [
+        ("array.json", None, refused("array.json")),
+        ("sparse.json", None, refused("sparse.json")),
+    ]
+    assert table_rows(paths.quarantine, QUARANTINE) == expected
+    again = cdc(workspace, "run", "big", *HOUR, timeout=900, **limit)
+    assert again.returncode == 0, again.stderr
+    assert table_rows(paths.quarantine, QUARANTINE) == expected
