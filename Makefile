@@ -9,7 +9,7 @@ DEPLOY_STAMP := .tools/deploy/.installed
 TEST_CATALOG_STAMP := .tools/spark-test-catalog/.fetched
 KAFKA_STAMP := .tools/kafka/.fetched
 
-.PHONY: install demo test test-fast test-lowest-airflow lint typecheck clean system airflow bench bench-smoke bench-cycle
+.PHONY: install demo test test-fast test-lowest-airflow test-chart-schema lint typecheck clean system airflow bench bench-smoke bench-cycle
 
 install: $(STAMP) $(JARS_STAMP)
 
@@ -114,6 +114,11 @@ test-fast: install lint typecheck
 # 3-6 minutes): `make test` deselects it for CI's time budget.
 test-lowest-airflow: install
 	CDC_TEST_LOWEST_AIRFLOW=1 $(BIN)/python -m pytest tests/wheel_install/test_lowest_airflow.py
+
+# deploy/kubernetes/airflow-values.yaml against the Airflow Helm chart's values.schema.json (put it
+# in .tools/airflow-chart/ first: docs/kubernetes.md); `make test` deselects it.
+test-chart-schema: install
+	CDC_TEST_CHART_SCHEMA=1 $(BIN)/python -m pytest tests/unit/test_kubernetes_manifests.py
 
 # overwrite-final vs a full rebuild vs a delta-rs MERGE (about 10 minutes on 2 cores);
 # options: .venv/bin/cdc bench --help. Results: bench-results/latest.json and latest.png.
