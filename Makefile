@@ -33,7 +33,7 @@ system:
 	fi
 
 # Every package the image also has is installed at the image's pinned version (docker/constraints.txt,
-# python-dateutil aside: see its header), so a fresh machine gets the versions the tests ran on,
+# python-dateutil left to pip: see its header), so a fresh machine gets the versions the tests ran on,
 # not whatever the index published since.
 $(STAMP): pyproject.toml docker/constraints.txt | system
 	@test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -80,7 +80,7 @@ $(MOTO_STAMP): docker/moto-requirements.txt
 
 # The image's Python environment (Dockerfile: the project and its `deploy` extra under
 # docker/constraints.txt) for the deployment's topology test (tests/deploy), in a venv of its own:
-# FAB needs python-dateutil<3, the tested venv has 4.
+# FAB (and botocore) need python-dateutil<3, as in the tested venv.
 $(DEPLOY_STAMP): pyproject.toml docker/constraints.txt | system
 	rm -rf .tools/deploy && $(PY) -m venv .tools/deploy
 	.tools/deploy/bin/python -m pip install --quiet --upgrade pip

@@ -77,28 +77,55 @@ class Backend(Protocol):
 
 def object_store_environment(conn_id: str = OBJECT_STORE_CONN_ID) -> dict[str, str]:
     """The AWS variables the steps, delta-rs and S3A read, from the Airflow connection `conn_id`
-    in the amazon provider's `aws` layout: login = access key id, password = secret access key,
-    extra `region_name`, `endpoint_url` (an S3-compatible server; `http://` allows plain http) and
-    `aws_session_token`. Empty when the connection does not exist (the environment's own
-    variables, or the machine's role, apply); a half-filled key pair fails the task once."""
+    (type `aws`), resolved by the amazon provider's `AwsBaseHook` as any AWS operator's would be:
+    a key pair (login = access key id, password = secret access key, extra `aws_session_token`),
+    an extra `profile_name` (the worker's shared credentials/config files), an extra `role_arn`
+    (assumed with `assume_role_method` `assume_role`, the default, `assume_role_with_saml` or
+    `assume_role_with_web_identity`, from the key pair, the profile or the worker's own
+    credentials) become the frozen credentials of that moment (an assumed role's session
+    credentials: one step's worth); extra `region_name`, and `endpoint_url` (or the `s3` entry
+    of `service_config`) for an S3-compatible server, `http://` allowing plain http.
+
+    Empty when the connection does not exist (the environment's own variables, or the machine's
+    role, apply); a connection that names no credentials (a region or an endpoint only) leaves
+    them to the worker's environment or role too. A half-filled key pair, a missing profile or
+    no credentials found fail the task once; STS refusing or unreachable is retried."""
     try:
         connection = BaseHook.get_connection(conn_id)
     except AirflowNotFoundException:
         return {}
-    extra = connection.extra_dejson
     login, password = connection.login or "", connection.password or ""
     if bool(login) != bool(password):
         raise AirflowFailException(
             f"connection '{conn_id}': set both the access key id (login) and the secret access "
             "key (password), or neither (the environment's or the machine role's credentials)"
         )
+    # Imported here: boto3 is not needed to parse the DAG files.
+    from airflow.providers.amazon.aws.hooks.base_aws import AwsBaseHook
+    from botocore.exceptions import BotoCoreError, ClientError, ProfileNotFound
+
+    hook = AwsBaseHook(aws_conn_id=conn_id, client_type="s3")
+    config = hook.conn_config
     found = {
-        "AWS_ACCESS_KEY_ID": login,
-        "AWS_SECRET_ACCESS_KEY": password,
-        "AWS_SESSION_TOKEN": str(extra.get("aws_session_token") or ""),
-        "AWS_REGION": str(extra.get("region_name") or ""),
-        "AWS_ENDPOINT_URL": str(extra.get("endpoint_url") or ""),
+        "AWS_REGION": config.region_name or "",
+        "AWS_ENDPOINT_URL": config.get_service_endpoint_url("s3") or "",
     }
+    if config.aws_access_key_id or config.role_arn or config.profile_name:
+        try:
+            credentials = hook.get_credentials(region_name=config.region_name)
+        except ProfileNotFound as error:
+            raise AirflowFailException(f"connection '{conn_id}': {error}") from error
+        except (BotoCoreError, ClientError) as error:  # e.g. STS refused or did not answer
+            raise AirflowException(
+                f"connection '{conn_id}': no AWS credentials from it ({error})"
+            ) from error
+        except AttributeError as error:  # boto3 found no credentials at all (None)
+            raise AirflowFailException(
+                f"connection '{conn_id}': no AWS credentials found for it"
+            ) from error
+        found["AWS_ACCESS_KEY_ID"] = credentials.access_key or ""
+        found["AWS_SECRET_ACCESS_KEY"] = credentials.secret_key or ""
+        found["AWS_SESSION_TOKEN"] = credentials.token or ""
     if found["AWS_ENDPOINT_URL"].lower().startswith("http://"):
         found["AWS_ALLOW_HTTP"] = "true"
     return {name: value for name, value in found.items() if value}

@@ -35,6 +35,7 @@ RANGED = (
     "apache-airflow-providers-apache-spark",
     "apache-airflow-providers-apache-kafka",
     "apache-airflow-providers-http",
+    "apache-airflow-providers-amazon",
 )
 VERSIONS = """
 import json, importlib.metadata as md
@@ -46,7 +47,7 @@ def version(name):
         return None
 names = ["apache-airflow", "apache-airflow-task-sdk", "pyspark", "pyspark-client",
          "apache-airflow-providers-apache-spark", "apache-airflow-providers-apache-kafka",
-         "apache-airflow-providers-http"]
+         "apache-airflow-providers-http", "apache-airflow-providers-amazon"]
 print("RESULT " + json.dumps({
     "versions": {n: version(n) for n in names},
     "connection_types": sorted(ProvidersManager().hooks),
@@ -107,8 +108,9 @@ def test_the_lowest_airflow_loads_the_dags_and_a_dags_test_passes_as_a_connect_c
         "apache-airflow-providers-apache-spark": "6.0.0",
         "apache-airflow-providers-apache-kafka": "1.8.0",
         "apache-airflow-providers-http": "5.5.0",
+        "apache-airflow-providers-amazon": "9.39.0",
     }
-    assert {"spark", "spark_connect", "kafka", "http"} <= set(seen["connection_types"])
+    assert {"spark", "spark_connect", "kafka", "http", "aws"} <= set(seen["connection_types"])
     began = time.monotonic()
     check_airflow(lowest, connect_server.url)
     print(f"\nlowest Airflow: DagBag and one dags test in {time.monotonic() - began:.1f} s")
