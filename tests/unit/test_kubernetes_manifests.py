@@ -20,7 +20,6 @@ import kubernetes_validate
 import pytest
 import yaml
 
-
 REPO = Path(__file__).resolve().parents[2]
 DEPLOY = REPO / "deploy" / "kubernetes"
 VALUES = DEPLOY / "airflow-values.yaml"

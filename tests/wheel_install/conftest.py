@@ -19,4 +19,3 @@ def built_wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
         f"\nwheel built in {time.monotonic() - started:.1f} s ({wheel.stat().st_size // 1024} KiB)"
     )
     return wheel
-
