@@ -101,7 +101,7 @@ typecheck: install
 
 test: install lint typecheck $(DEBEZIUM_STAMP) $(MOTO_STAMP) $(DEPLOY_STAMP) $(TEST_CATALOG_STAMP) \
   $(KAFKA_STAMP)
-	$(BIN)/python -m pytest tests
+	$(BIN)/python -m pytest -n 2 --dist loadfile tests
 	$(MAKE) bench-smoke
 
 # The inner loop (about 2 minutes): lint, types, the unit tests and the DAG parsing tests; no
