@@ -34,7 +34,7 @@ from airflow.sdk import BaseNotifier
 from cdc_pipeline.columns import REASON
 from cdc_pipeline.counts import StageCounts, count
 from cdc_pipeline.paths import Location, as_location
-from spark_jobs.storage import store_for
+from spark_jobs.runtime.storage import store_for
 
 log = logging.getLogger(__name__)
 REGISTRY_VARIABLE = "cdc_notifiers"

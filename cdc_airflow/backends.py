@@ -195,7 +195,7 @@ class ConnectBackend:
                 table = call.arguments[0] if call.arguments else ""
                 raise AirflowException(f"{call.step.name} {table}: {error}") from error
             except Exception as error:
-                from spark_jobs.common import NOTHING_PAST, connect_server_lost
+                from spark_jobs.runtime.common import NOTHING_PAST, connect_server_lost
 
                 lost = connect_server_lost(error)
                 if lost is None:
@@ -216,7 +216,7 @@ class ConnectBackend:
     def run_step(self, call: StepCall) -> dict[str, Any]:
         if call.step.kind == "tables":  # check: its own arguments, one line per table
             return self.run_check(call)
-        from spark_jobs.common import load_body, parse_step_args, perform, summary_payload
+        from spark_jobs.runtime.common import load_body, parse_step_args, perform, summary_payload
 
         args = parse_step_args(call.step, call.arguments, call.config_path)
         noop = self.noop_report(call, args)
@@ -236,8 +236,8 @@ class ConnectBackend:
             return None
         from cdc_pipeline.config import load_table_configs
         from cdc_pipeline.paths import TablePaths
-        from spark_jobs.common import noop_report, summary_payload
-        from spark_jobs.pending_work import files_outside_window, interval_has_work
+        from spark_jobs.runtime.common import noop_report, summary_payload
+        from spark_jobs.status.pending_work import files_outside_window, interval_has_work
 
         try:
             table = load_table_configs(args.config).table(args.table)
@@ -263,7 +263,7 @@ class ConnectBackend:
         import argparse
 
         from spark_jobs.check import check_report, run_check, select_tables
-        from spark_jobs.common import add_check_arguments, summary_payload
+        from spark_jobs.runtime.common import add_check_arguments, summary_payload
 
         parser = argparse.ArgumentParser(prog="check")
         add_check_arguments(parser)
@@ -296,7 +296,7 @@ class ConnectBackend:
         """A function giving this try's tagged Connect session; refuses a server that is down."""
 
         def factory(app_name: str) -> Any:
-            from spark_jobs.session import build_connect_session
+            from spark_jobs.runtime.session import build_connect_session
 
             self.check_server(conn_id)
             session = build_connect_session(self.url, app_name)

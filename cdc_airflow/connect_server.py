@@ -126,7 +126,7 @@ def server_conf(
 ) -> dict[str, str]:
     """The server's Spark settings: the steps' JVM settings, the bind address, FAIR, `conf` last
     (its `spark.plugins` added to the Connect plugin, not in its place)."""
-    from spark_jobs.session import REQUIRED_SQL_CONF, static_conf
+    from spark_jobs.runtime.session import REQUIRED_SQL_CONF, static_conf
 
     settings = {
         **static_conf(),

@@ -19,7 +19,7 @@ from cdc_pipeline.counts import OverwriteCounts, StageCounts, count
 from cdc_pipeline.steps import step_named
 
 if TYPE_CHECKING:
-    from spark_jobs.freshness import DataFreshness
+    from spark_jobs.status.freshness import DataFreshness
 
 log = logging.getLogger(__name__)
 
@@ -127,7 +127,7 @@ def measure_freshness(table: str, config_path: str | None) -> DataFreshness:
     """The table's freshness by data now (driver-side listings and Delta logs, no Spark)."""
     from cdc_pipeline.config import load_table_configs
     from cdc_pipeline.paths import TablePaths
-    from spark_jobs.freshness import data_freshness
+    from spark_jobs.status.freshness import data_freshness
 
     row = load_table_configs(config_path).table(table)
     return data_freshness(row, TablePaths.for_table(table))

@@ -202,7 +202,7 @@ def alert_if_stale(context: Any, table: str, freshness: str, notify: Sequence[st
     from cdc_airflow.table_status import data_freshness_of
     from cdc_pipeline.config import load_table_configs
     from cdc_pipeline.paths import TablePaths
-    from spark_jobs.freshness import data_freshness
+    from spark_jobs.status.freshness import data_freshness
 
     task = getattr(context.get("ti"), "task", None)
     config = getattr(task, "config_path", None)

@@ -23,9 +23,9 @@ from cdc_pipeline.counts import OverwriteCounts, StageCounts
 from cdc_pipeline.health import Health, table_health
 from cdc_pipeline.paths import Location, TablePaths
 from cdc_pipeline.steps import ERROR_XCOM, count_task_ids
-from spark_jobs.freshness import DataFreshness, data_freshness
-from spark_jobs.storage import arrow_files, store_for
-from spark_jobs.table_health import health_facts, unreadable_table
+from spark_jobs.runtime.storage import arrow_files, store_for
+from spark_jobs.status.freshness import DataFreshness, data_freshness
+from spark_jobs.status.table_health import health_facts, unreadable_table
 
 log = logging.getLogger(__name__)
 

@@ -64,8 +64,8 @@ OBJECT_SCHEMES = ("s3", "s3a")
 class ObjectPath:
     """A folder or file in object storage, `s3://bucket/key`: what a local `Path` is for a folder
     on disk, with the few operations the steps use (`/`, `name`, `parent`, `str`). File system
-    calls go through spark_jobs/storage.py; `os.fspath` refuses it, so no `os`/`pathlib` call can
-    take it for a local folder named `s3:`."""
+    calls go through spark_jobs/runtime/storage.py; `os.fspath` refuses it, so no `os`/`pathlib`
+    call can take it for a local folder named `s3:`."""
 
     __slots__ = ("bucket", "key")
 
@@ -120,7 +120,9 @@ class ObjectPath:
         return hash((self.bucket, self.key))
 
     def __fspath__(self) -> str:
-        raise TypeError(f"{self} is object storage, not a local path (use spark_jobs/storage.py)")
+        raise TypeError(
+            f"{self} is object storage, not a local path (use spark_jobs/runtime/storage.py)"
+        )
 
 
 # A table's folders: on the local (or a mounted) file system, or in object storage.

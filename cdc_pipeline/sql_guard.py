@@ -11,7 +11,7 @@ Two layers check it against that one list, so they cannot drift apart:
 - at validation time, without Spark: the text is parsed with sqlglot's Spark dialect (a pure
   Python SQL parser with a Spark grammar, pinned in pyproject.toml) and every node of the tree
   must be an allowed construct (`expression_problems`);
-- before the first write, on Spark's analysed plan (`spark_jobs/expression_check.py`): the
+- before the first write, on Spark's analysed plan (`spark_jobs/rules/expression_check.py`): the
   function names the analyser resolved must be in the same list (`analysed_function_problems`),
   which catches a function sqlglot reads differently from Spark.
 """

@@ -67,7 +67,7 @@ class AutoCdcCycleError(RuntimeError):
 
 def server_conf() -> dict[str, str]:
     """The Connect server's extra settings: the project's jars plus the test jar, the catalog."""
-    from spark_jobs.session import project_jars
+    from spark_jobs.runtime.session import project_jars
 
     test_jars = sorted(TEST_CATALOG_DIR.glob("spark-catalyst_*-tests.jar"))
     if not test_jars:

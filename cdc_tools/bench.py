@@ -49,12 +49,9 @@ from cdc_pipeline.counts import StageCounts
 from cdc_pipeline.intervals import HourBatch, Interval
 from cdc_pipeline.paths import TablePaths
 from spark_jobs import delta
-from spark_jobs.common import StepContext, StepReport
-from spark_jobs.final_table import final_schema
+from spark_jobs.overwrite.final_table import final_schema
 from spark_jobs.overwrite_final import run_overwrite_final
-from spark_jobs.session import is_connect
-from spark_jobs.stage import run_stage
-from spark_jobs.transforms import (
+from spark_jobs.rules.transforms import (
     ARRIVAL,
     BATCH,
     FILE,
@@ -63,6 +60,9 @@ from spark_jobs.transforms import (
     latest_change_per_key,
     persisted,
 )
+from spark_jobs.runtime.common import StepContext, StepReport
+from spark_jobs.runtime.session import is_connect
+from spark_jobs.stage import run_stage
 
 TABLE = "bench"
 BASE_TIME = datetime(2024, 1, 1, tzinfo=UTC)

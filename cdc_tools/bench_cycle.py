@@ -578,9 +578,9 @@ def warm_server(
     from cdc_pipeline.config import load_table_configs
     from cdc_pipeline.intervals import Interval
     from cdc_pipeline.paths import TablePaths
-    from spark_jobs.common import StepContext
     from spark_jobs.overwrite_final import run_overwrite_final
-    from spark_jobs.session import build_connect_session
+    from spark_jobs.runtime.common import StepContext
+    from spark_jobs.runtime.session import build_connect_session
     from spark_jobs.stage import run_stage
 
     started = time.monotonic()

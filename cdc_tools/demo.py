@@ -17,9 +17,9 @@ from cdc_pipeline.intervals import HourBatch, Interval, format_timestamp, parse_
 from cdc_pipeline.paths import TablePaths, local_folder
 from cdc_tools.generator import ChangeSpec, generate_events, generate_orders
 from spark_jobs import delta
-from spark_jobs.common import StepContext
 from spark_jobs.optimize import run_optimize
 from spark_jobs.overwrite_final import run_overwrite_final
+from spark_jobs.runtime.common import StepContext
 from spark_jobs.stage import run_stage
 
 if TYPE_CHECKING:  # Airflow is imported only when the demo runs through it
@@ -179,7 +179,7 @@ def run_airflow_demo(
     from cdc_airflow.local import LocalAirflow, spark_connection_from_environment
     from cdc_airflow.runs import MetadataDB, wait_for_dag_runs
     from cdc_pipeline.paths import landing_root, warehouse_root
-    from spark_jobs.session import build_connect_session, spark_remote
+    from spark_jobs.runtime.session import build_connect_session, spark_remote
 
     began = time.monotonic()
 

@@ -80,7 +80,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     os.environ.setdefault("CDC_SPARK_UI", "false")
 
     from cdc_tools import bench
-    from spark_jobs.session import build_spark_session, is_connect
+    from spark_jobs.runtime.session import build_spark_session, is_connect
 
     spark = build_spark_session("cdc-step-timing")
     load_before = [round(x, 2) for x in os.getloadavg()]
@@ -143,9 +143,9 @@ def one_run(spark: Any, spec: Any, base: Path, case: Path, touched: int) -> dict
     from cdc_pipeline.intervals import Interval
     from cdc_pipeline.paths import TablePaths
     from cdc_tools import bench
-    from spark_jobs.common import StepContext
     from spark_jobs.overwrite_final import run_overwrite_final
-    from spark_jobs.session import is_connect
+    from spark_jobs.runtime.common import StepContext
+    from spark_jobs.runtime.session import is_connect
     from spark_jobs.stage import run_stage
 
     connect = is_connect(spark)

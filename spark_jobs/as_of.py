@@ -37,9 +37,9 @@ from cdc_pipeline.errors import ConfigError, InputError, UsageError
 from cdc_pipeline.intervals import parse_timestamp
 from cdc_pipeline.paths import Location
 from spark_jobs import delta
-from spark_jobs.common import StepArgs, StepContext, StepReport, run_step
-from spark_jobs.history import BUCKET, VALID_FROM, VALID_TO, VERSION_COLUMNS
-from spark_jobs.transforms import ARRIVAL, persisted
+from spark_jobs.overwrite.history import BUCKET, VALID_FROM, VALID_TO, VERSION_COLUMNS
+from spark_jobs.rules.transforms import ARRIVAL, persisted
+from spark_jobs.runtime.common import StepArgs, StepContext, StepReport, run_step
 
 DEFAULT_SAMPLE_ROWS = 20
 

@@ -43,11 +43,11 @@ from cdc_pipeline.counts import CheckCounts, TableCheckCounts
 from cdc_pipeline.errors import ConfigError
 from cdc_pipeline.paths import Location, TablePaths
 from spark_jobs import delta
-from spark_jobs.common import StepReport, add_check_arguments, one_line, write_summary
-from spark_jobs.history import IS_CURRENT
-from spark_jobs.notices import show_warnings_on_stderr, warn
-from spark_jobs.storage import store_for
-from spark_jobs.transforms import ARRIVAL, BATCH, FILE
+from spark_jobs.overwrite.history import IS_CURRENT
+from spark_jobs.rules.transforms import ARRIVAL, BATCH, FILE
+from spark_jobs.runtime.common import StepReport, add_check_arguments, one_line, write_summary
+from spark_jobs.runtime.notices import show_warnings_on_stderr, warn
+from spark_jobs.runtime.storage import store_for
 
 # The tables of a table's folder (names of TablePaths properties), loaded in the order a run
 # commits them: staging, then tombstones, then final, then history. A commit landing between
@@ -456,7 +456,7 @@ def execute_check(config: Path | None, names: Sequence[str]) -> int:
         print(f"error: check: {one_line(error)}", file=sys.stderr, flush=True)
         return 2
     try:
-        from spark_jobs.session import build_spark_session
+        from spark_jobs.runtime.session import build_spark_session
 
         spark = build_spark_session("cdc-check")
         results = run_check(spark, tables)

@@ -35,9 +35,9 @@ from cdc_pipeline.errors import InputError
 from cdc_pipeline.paths import Location
 from spark_jobs.formats import ChangeRead
 from spark_jobs.landing import spark_path
-from spark_jobs.notices import warn
-from spark_jobs.storage import store_for
-from spark_jobs.transforms import ARRIVAL, BATCH, FILE, FORMAT_ERROR, RAW, ROW
+from spark_jobs.rules.transforms import ARRIVAL, BATCH, FILE, FORMAT_ERROR, RAW, ROW
+from spark_jobs.runtime.notices import warn
+from spark_jobs.runtime.storage import store_for
 
 # A header line longer than this is not read on the driver (its rows are quarantined).
 HEADER_LIMIT = 1 << 20

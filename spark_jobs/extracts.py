@@ -25,8 +25,8 @@ from cdc_pipeline.config import TableConfig
 from cdc_pipeline.errors import InputError
 from cdc_pipeline.intervals import Interval, hour_folder
 from spark_jobs import delta
-from spark_jobs.common import StepContext
-from spark_jobs.transforms import BATCH, FILE, FLAG, ROW, compared_columns, hash_of, persisted
+from spark_jobs.rules.transforms import BATCH, FILE, FLAG, ROW, compared_columns, hash_of, persisted
+from spark_jobs.runtime.common import StepContext
 
 HASH_COLUMNS = (KEY_HASH, ROW_HASH)
 # The `_cdc_file` of derived deletes: they come from the final table, not from a landed file.

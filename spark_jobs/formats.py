@@ -48,7 +48,7 @@ from cdc_pipeline.columns import (
 )
 from cdc_pipeline.config import COLUMN_PATTERN, EVENT_FORMATS, TableConfig
 from cdc_pipeline.schema import common_type, normalize_type
-from spark_jobs.transforms import ARRIVAL, CARRIED, FORMAT_ERROR, RAW, UNDECLARED, persisted
+from spark_jobs.rules.transforms import ARRIVAL, CARRIED, FORMAT_ERROR, RAW, UNDECLARED, persisted
 
 KIND = "__kind"
 CHANGES = "__changes"

@@ -28,7 +28,7 @@ from cdc_pipeline.errors import InputError, UsageError
 from cdc_pipeline.intervals import HourBatch, Interval, batch_id
 from cdc_pipeline.paths import Location, TablePaths
 from cdc_pipeline.schema import common_type
-from spark_jobs.storage import Entry, Store, is_local, store_for
+from spark_jobs.runtime.storage import Entry, Store, is_local, store_for
 
 # Text files may be gzip-compressed (Kafka Connect's S3 sink writes `.json.gz`): Spark reads
 # them by their extension, the ledger hashes their bytes as they landed.

@@ -31,17 +31,17 @@ from cdc_pipeline.counts import OverwriteCounts, count
 from cdc_pipeline.errors import ConfigError
 from cdc_pipeline.intervals import Interval
 from cdc_pipeline.paths import Location
-from spark_jobs import applied, catalog, delta, history, ranking_sql
-from spark_jobs.absent import fill_absent
-from spark_jobs.append_only import append_inserts
-from spark_jobs.common import StepArgs, StepContext, StepReport, run_step
-from spark_jobs.final_table import (
+from spark_jobs import delta
+from spark_jobs.overwrite import applied, catalog, history, ranking_sql
+from spark_jobs.overwrite.absent import fill_absent
+from spark_jobs.overwrite.append_only import append_inserts
+from spark_jobs.overwrite.final_table import (
     evolve_to_staging,
     final_schema,
     partition_filters,
     tombstone_schema,
 )
-from spark_jobs.key_lookup import (
+from spark_jobs.overwrite.key_lookup import (
     ChangedKeys,
     changed_keys_in_spark,
     changed_keys_on_driver,
@@ -49,9 +49,8 @@ from spark_jobs.key_lookup import (
     files_in_key_ranges,
     with_broadcast_hint,
 )
-from spark_jobs.notices import warn
-from spark_jobs.session import new_observation, observed_metrics
-from spark_jobs.transforms import (
+from spark_jobs.overwrite.truncates import Cut, at_or_after, truncate_cut
+from spark_jobs.rules.transforms import (
     ABSENT,
     ARRIVAL,
     BATCH,
@@ -62,7 +61,9 @@ from spark_jobs.transforms import (
     quoted,
     ranking_order,
 )
-from spark_jobs.truncates import Cut, at_or_after, truncate_cut
+from spark_jobs.runtime.common import StepArgs, StepContext, StepReport, run_step
+from spark_jobs.runtime.notices import warn
+from spark_jobs.runtime.session import new_observation, observed_metrics
 
 ROUTE = delta.ROUTE_COLUMN  # "final" or "tombstones": which table an output row is for
 REMEMBERED = "_cdc_remembered"  # a ranked row that came from tombstones

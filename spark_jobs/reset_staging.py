@@ -14,10 +14,15 @@ from collections.abc import Sequence
 from pyspark.sql import DataFrame
 
 from cdc_pipeline.counts import ResetCounts
-from spark_jobs import delta, history
-from spark_jobs.common import StepArgs, StepContext, StepReport, run_step
+from spark_jobs import delta
+from spark_jobs.overwrite import history
 from spark_jobs.overwrite_final import as_changes
-from spark_jobs.transforms import BATCH, latest_arrival_per_key_and_sequence, latest_change_per_key
+from spark_jobs.rules.transforms import (
+    BATCH,
+    latest_arrival_per_key_and_sequence,
+    latest_change_per_key,
+)
+from spark_jobs.runtime.common import StepArgs, StepContext, StepReport, run_step
 
 
 def compacted_staging(context: StepContext, staging: delta.Snapshot) -> DataFrame:

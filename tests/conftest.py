@@ -124,7 +124,7 @@ def classic_between_modules() -> None:
 def warnings_on_stderr() -> None:
     """Steps called in this process show their warnings as the `cdc` command does (stderr
     lines a test reads with capsys), not as log records."""
-    from spark_jobs.notices import show_warnings_on_stderr
+    from spark_jobs.runtime.notices import show_warnings_on_stderr
 
     show_warnings_on_stderr()
 
@@ -165,7 +165,7 @@ def spark_classic() -> Iterator[Any]:
     os.environ.setdefault("CDC_SHUFFLE_PARTITIONS", "2")
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")  # loopback only
     os.environ.pop("SPARK_CONNECT_MODE_ENABLED", None)  # a classic session needs classic mode
-    from spark_jobs.session import build_classic_session
+    from spark_jobs.runtime.session import build_classic_session
 
     session = build_classic_session("cdc-tests", master="local[2]")
     session.conf.set("spark.sql.shuffle.partitions", "2")
@@ -182,7 +182,7 @@ def spark_connect(connect_server: Any) -> Iterator[Any]:
     """
     from pyspark.sql.connect.session import SparkSession as ConnectSession
 
-    from spark_jobs.session import REQUIRED_SQL_CONF
+    from spark_jobs.runtime.session import REQUIRED_SQL_CONF
 
     session = ConnectSession.builder.remote(connect_server.url).create()
     for key, value in {**REQUIRED_SQL_CONF, "spark.sql.shuffle.partitions": "2"}.items():

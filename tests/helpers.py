@@ -21,7 +21,7 @@ from deltalake import DeltaTable
 from cdc_pipeline.config import TableConfig, parse_config
 from cdc_pipeline.intervals import HourBatch, Interval, parse_timestamp
 from cdc_pipeline.paths import Location, ObjectPath, TablePaths
-from spark_jobs.storage import store_for
+from spark_jobs.runtime.storage import store_for
 
 SEED_002_COLUMNS = {"ID": "bigint", "VALUE": "int", "CDC_TIMESTAMP": "timestamp"}
 

@@ -42,7 +42,7 @@ class S3Server:
 
     def environment(self) -> dict[str, str]:
         """The AWS variables a client of this server needs: delta-rs and the steps' S3A settings
-        both read them (spark_jobs/object_store.py)."""
+        both read them (spark_jobs/runtime/object_store.py)."""
         return {
             "AWS_ENDPOINT_URL": self.endpoint,
             "AWS_ALLOW_HTTP": "true",

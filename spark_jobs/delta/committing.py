@@ -33,7 +33,7 @@ from spark_jobs.delta.reading import (
     read_snapshot,
 )
 from spark_jobs.delta.writing import WrittenFiles, write_files
-from spark_jobs.storage import store_for
+from spark_jobs.runtime.storage import store_for
 
 RUN_ID_KEY = "cdc_run_id"
 

@@ -20,7 +20,7 @@ from pyspark.sql.types import StringType, StructField, StructType
 from cdc_pipeline.columns import quoted, string_literal
 from cdc_pipeline.errors import TableDamagedError
 from cdc_pipeline.paths import Location
-from spark_jobs.storage import store_for
+from spark_jobs.runtime.storage import store_for
 
 FILE_NAME_COLUMN = "_cdc_file_name"
 FILE_NAME_SOURCE = "_metadata.file_name"  # the name of the file Spark read a row from

@@ -18,7 +18,7 @@ from pyspark.sql import DataFrame
 
 from cdc_pipeline.paths import Location
 from spark_jobs.delta.reading import DataFile
-from spark_jobs.storage import store_for
+from spark_jobs.runtime.storage import store_for
 
 TMP_DIR = "_cdc_tmp"
 # A file of fewer rows tells little of a column's values: parquet rejects a dictionary for a

@@ -19,7 +19,7 @@ from pyspark.sql import functions as F
 from cdc_pipeline.kafka_settings import spark_options
 from spark_jobs.formats import LINE
 from spark_jobs.kafka.offsets import KafkaPlan
-from spark_jobs.transforms import BATCH, FILE, ROW
+from spark_jobs.rules.transforms import BATCH, FILE, ROW
 
 
 def _range_files(plan: KafkaPlan) -> Column:

@@ -26,7 +26,6 @@ from pyspark.sql import functions as F
 from cdc_pipeline.counts import StageCounts
 from cdc_pipeline.intervals import Interval, batch_id
 from spark_jobs import delta, landing
-from spark_jobs.common import StepContext, StepReport
 from spark_jobs.formats import read_json_changes
 from spark_jobs.kafka import broker
 from spark_jobs.kafka.lag import require_properties
@@ -40,10 +39,11 @@ from spark_jobs.kafka.offsets import (
     staged_offsets,
 )
 from spark_jobs.kafka.reading import no_messages, read_messages
+from spark_jobs.rules.transforms import BATCH, FILE, ROW
+from spark_jobs.runtime.common import StepContext, StepReport
 from spark_jobs.staging.commit import evolve_quarantine
 from spark_jobs.staging.ledger import append_ledger
 from spark_jobs.staging.rows import NEWEST, TypedRead, type_read
-from spark_jobs.transforms import BATCH, FILE, ROW
 
 # `_cdc_file` up to the partition: "kafka-00003" (a message is its partition and offset).
 _PARTITION_PREFIX = len(FILE_PREFIX) + 5

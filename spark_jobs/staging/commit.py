@@ -14,11 +14,9 @@ from cdc_pipeline.errors import InputError
 from cdc_pipeline.intervals import Interval
 from cdc_pipeline.paths import Location
 from spark_jobs import delta
-from spark_jobs.common import StepContext
 from spark_jobs.formats import ChangeRead
 from spark_jobs.landing import Refusal
-from spark_jobs.staging.plan import Committed, StageRows
-from spark_jobs.transforms import (
+from spark_jobs.rules.transforms import (
     BATCH,
     FILE,
     RAW,
@@ -27,6 +25,8 @@ from spark_jobs.transforms import (
     quarantined_changes,
     type_changes,
 )
+from spark_jobs.runtime.common import StepContext
+from spark_jobs.staging.plan import Committed, StageRows
 
 
 def _commit_append(

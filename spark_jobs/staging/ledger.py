@@ -10,12 +10,9 @@ import pyarrow as pa
 
 from cdc_pipeline.paths import Location
 from spark_jobs import delta, landing
+from spark_jobs.rules.transforms import BATCH, FILE
 from spark_jobs.staging.plan import StageRows
 from spark_jobs.staging.rows import NEWEST
-from spark_jobs.transforms import (
-    BATCH,
-    FILE,
-)
 
 
 def staged_ledger_rows(rows: StageRows, now: datetime, run_id: str) -> list[dict[str, Any]]:

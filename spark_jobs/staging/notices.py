@@ -8,7 +8,7 @@ from cdc_pipeline.config import TableConfig
 from cdc_pipeline.intervals import Interval
 from spark_jobs import landing
 from spark_jobs.landing import LandingFile, Refusal
-from spark_jobs.notices import warn
+from spark_jobs.runtime.notices import warn
 
 MAX_LISTED = 10  # entries named in one warning line
 

@@ -14,12 +14,9 @@ from cdc_pipeline.counts import StageCounts
 from cdc_pipeline.errors import InputError
 from cdc_pipeline.intervals import Interval
 from spark_jobs import delta, extracts, landing
-from spark_jobs.common import StepContext
 from spark_jobs.landing import LandingFile, ParquetPlan, Refusal
-from spark_jobs.transforms import (
-    BATCH,
-    FILE,
-)
+from spark_jobs.rules.transforms import BATCH, FILE
+from spark_jobs.runtime.common import StepContext
 
 
 @dataclass(frozen=True)

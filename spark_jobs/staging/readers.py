@@ -17,12 +17,7 @@ from spark_jobs import landing
 from spark_jobs.csv_format import read_csv_changes
 from spark_jobs.formats import ChangeRead, read_json_changes
 from spark_jobs.landing import LandingFile, ParquetPlan, Refusal
-from spark_jobs.transforms import (
-    ARRIVAL,
-    BATCH,
-    FILE,
-    ROW,
-)
+from spark_jobs.rules.transforms import ARRIVAL, BATCH, FILE, ROW
 
 
 def _with_arrival(df: DataFrame, row_position: str) -> DataFrame:

@@ -16,17 +16,12 @@ from cdc_pipeline.config import TableConfig
 from cdc_pipeline.errors import InputError
 from cdc_pipeline.intervals import Interval
 from spark_jobs import delta, landing
-from spark_jobs.common import StepContext
 from spark_jobs.landing import LandingFile
+from spark_jobs.rules.transforms import BATCH, FILE, REASON, quoted
+from spark_jobs.runtime.common import StepContext
 from spark_jobs.staging.notices import listed, warn
 from spark_jobs.staging.plan import StageRows
 from spark_jobs.staging.readers import arrival_names
-from spark_jobs.transforms import (
-    BATCH,
-    FILE,
-    REASON,
-    quoted,
-)
 
 
 def settle_crashed_run(

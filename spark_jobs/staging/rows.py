@@ -19,14 +19,9 @@ from cdc_pipeline.errors import CdcError, ConfigError, InputError
 from cdc_pipeline.intervals import Interval
 from cdc_pipeline.schema import plan_schema
 from spark_jobs import delta, extracts, landing
-from spark_jobs.common import StepContext
 from spark_jobs.formats import ChangeRead, undeclared_names
 from spark_jobs.landing import LandingFile, ParquetPlan
-from spark_jobs.staging.commit import refuse_batch
-from spark_jobs.staging.notices import warn
-from spark_jobs.staging.plan import StagePlan, StageRows, check_extract_files, files_in
-from spark_jobs.staging.readers import arrival_names, files_spark_cannot_read, read_landing
-from spark_jobs.transforms import (
+from spark_jobs.rules.transforms import (
     ABSENT,
     ARRIVAL,
     BATCH,
@@ -41,6 +36,11 @@ from spark_jobs.transforms import (
     type_changes,
     unpersist_quietly,
 )
+from spark_jobs.runtime.common import StepContext
+from spark_jobs.staging.commit import refuse_batch
+from spark_jobs.staging.notices import warn
+from spark_jobs.staging.plan import StagePlan, StageRows, check_extract_files, files_in
+from spark_jobs.staging.readers import arrival_names, files_spark_cannot_read, read_landing
 
 NEWEST = "newest_change"  # per-file count: the newest sequence time among its good rows
 

@@ -15,7 +15,7 @@ from urllib.parse import unquote
 import pytest
 
 from cdc_pipeline.paths import Location
-from spark_jobs.transforms import FLAG
+from spark_jobs.rules.transforms import FLAG
 from tests.cli.cdc import cdc, start, summary
 from tests.cli.test_concurrency_and_crashes import (
     EXPECTED,

@@ -247,7 +247,7 @@ def test_a_zorder_column_the_data_lacks_fails_the_first_run_with_one_line(
 def test_every_landed_name_is_read_as_exactly_that_object_on_s3(s3_workspace: Workspace) -> None:
     """The same names as keys of a bucket (through S3A and the driver's S3 client): each read as
     exactly that object, rewrites staged again, the names Hadoop cannot address refused alone."""
-    from spark_jobs.storage import store_for
+    from spark_jobs.runtime.storage import store_for
 
     workspace = s3_workspace
     workspace.configure(JSON_TABLE)

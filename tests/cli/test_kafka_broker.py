@@ -16,12 +16,12 @@ pytestmark = [pytest.mark.slow]
 
 @pytest.fixture
 def session(request: pytest.FixtureRequest, spark_mode: str) -> Iterator[Any]:
-    """A session from the project's builder (spark_jobs/session.py): the run's classic one, or a
-    new Connect session of the run's server (CDC_SPARK_REMOTE, set by spark_mode)."""
+    """A session from the project's builder (spark_jobs/runtime/session.py): the run's classic one,
+    or a new Connect session of the run's server (CDC_SPARK_REMOTE, set by spark_mode)."""
     if spark_mode != CONNECT:
         yield request.getfixturevalue("spark_classic")  # build_classic_session's
         return
-    from spark_jobs.session import build_spark_session
+    from spark_jobs.runtime.session import build_spark_session
 
     spark = build_spark_session("kafka-broker-test")
     try:

@@ -226,7 +226,7 @@ def test_a_damaged_delta_log_fails_once_naming_the_table_without_retries(
 def test_on_kill_interrupts_the_tasks_spark_work_on_the_server(
     workspace: Workspace, connect_server: Any
 ) -> None:
-    from spark_jobs.session import build_connect_session
+    from spark_jobs.runtime.session import build_connect_session
 
     op = operator(workspace)
     session = build_connect_session(connect_server.url, "cdc-test")
@@ -256,7 +256,7 @@ def test_on_kill_interrupts_the_tasks_spark_work_on_the_server(
 
 
 def test_interrupt_reaches_exactly_the_operations_of_the_tag(connect_server: Any) -> None:
-    from spark_jobs.session import build_connect_session
+    from spark_jobs.runtime.session import build_connect_session
 
     session = build_connect_session(connect_server.url, "cdc-test")
     errors: list[str] = []

@@ -14,7 +14,7 @@ import pytest
 from cdc_airflow.connect_server import free_port
 from cdc_airflow.local import connect_connection
 from cdc_airflow.metrics import data_lag_seconds, step_metrics
-from spark_jobs.freshness import DataFreshness
+from spark_jobs.status.freshness import DataFreshness
 from tests.dags.test_connect_operator import ROW, context, operator
 from tests.helpers import Workspace
 

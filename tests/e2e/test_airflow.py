@@ -26,7 +26,7 @@ import yaml
 from cdc_airflow.local import connect_connection
 from cdc_pipeline.paths import ObjectPath
 from cdc_tools.demo import queue_backfill
-from spark_jobs.storage import store_for
+from spark_jobs.runtime.storage import store_for
 from tests.e2e.airflow_env import BIN, AirflowEnv, free_port
 from tests.helpers import Workspace, table_rows
 
@@ -393,7 +393,7 @@ def test_a_dag_runs_with_landing_and_warehouse_on_object_storage(
     # one's PySpark must stay classic for the other tests).
     server = json.loads(env.spark_default)
     query = (
-        "import json, sys; from spark_jobs.session import build_connect_session; "
+        "import json, sys; from spark_jobs.runtime.session import build_connect_session; "
         "spark = build_connect_session(sys.argv[1], 'e2e-catalog'); "
         "rows = spark.table('cdc.t_s3').select('ID', 'VALUE').collect(); "
         "print(json.dumps(sorted([list(r) for r in rows]))); spark.stop()"

@@ -5,8 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 from cdc_pipeline.config import TableConfig
-from spark_jobs.common import StepContext, StepReport
 from spark_jobs.overwrite_final import run_overwrite_final
+from spark_jobs.runtime.common import StepContext, StepReport
 from spark_jobs.stage import run_stage
 from tests.helpers import Workspace, interval
 

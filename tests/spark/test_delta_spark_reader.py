@@ -16,10 +16,10 @@ import pytest
 from deltalake import DeltaTable
 
 from cdc_pipeline.paths import TablePaths
-from spark_jobs import catalog
 from spark_jobs.optimize import run_optimize
+from spark_jobs.overwrite import catalog
 from spark_jobs.reset_staging import run_reset_staging
-from spark_jobs.session import project_jars
+from spark_jobs.runtime.session import project_jars
 from spark_jobs.vacuum import run_vacuum
 from tests.helpers import Workspace, table_rows
 from tests.spark.steps import context, run

@@ -299,9 +299,10 @@ def test_a_rerun_after_a_crash_between_log_and_recut_recuts_history(
     """A run that logged its changes but died before recutting: its rerun logs nothing new,
     yet history lacks the changes, so the rerun recuts (one new history version)."""
     from cdc_pipeline.counts import OverwriteCounts
-    from spark_jobs import delta, history
-    from spark_jobs.common import StepReport
+    from spark_jobs import delta
+    from spark_jobs.overwrite import history
     from spark_jobs.overwrite_final import apply_changes
+    from spark_jobs.runtime.common import StepReport
     from spark_jobs.stage import run_stage
     from tests.helpers import interval
 

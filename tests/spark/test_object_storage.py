@@ -1,7 +1,7 @@
 """Object storage for real: a moto S3 server (tests/s3.py), delta-rs committing `s3://` tables
 with the AWS variables of the environment, and the steps' Spark session reading and writing the
 same `s3://` URIs through S3A with the settings it derives from those variables
-(spark_jobs/object_store.py): every version delta-rs committed reads the same in Spark,
+(spark_jobs/runtime/object_store.py): every version delta-rs committed reads the same in Spark,
 a delta-spark commit on S3 reads the same in delta-rs, and concurrent delta-rs writers on S3
 commit exactly once each (conditional writes: the choice for S3 in docs/operations.md)."""
 
@@ -16,7 +16,7 @@ import pyarrow as pa
 import pytest
 from deltalake import CommitProperties, DeltaTable, write_deltalake
 
-from spark_jobs.session import build_spark_session, project_jars
+from spark_jobs.runtime.session import build_spark_session, project_jars
 
 pytestmark = [
     pytest.mark.spark,

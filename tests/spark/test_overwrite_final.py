@@ -693,7 +693,7 @@ def test_moved_key_lookup_reads_only_files_whose_key_range_can_hold_it(
     key range can hold it (new keys above every range read no file), and a run replaces the
     files that hold one."""
     from spark_jobs import delta
-    from spark_jobs.key_lookup import ChangedKeys, files_holding_keys, files_that_may_hold
+    from spark_jobs.overwrite.key_lookup import ChangedKeys, files_holding_keys, files_that_may_hold
 
     table = workspace.configure(YEARLY)["orders"]
     paths = workspace.paths("orders")

@@ -19,13 +19,13 @@ from pyspark.sql.types import (
 
 from cdc_pipeline.config import TableConfig
 from spark_jobs import delta
-from spark_jobs.session import new_observation, observed_metrics
-from spark_jobs.transforms import (
+from spark_jobs.rules.transforms import (
     latest_arrival_per_key_and_sequence,
     latest_change_per_key,
     quarantined_changes,
     type_changes,
 )
+from spark_jobs.runtime.session import new_observation, observed_metrics
 
 pytestmark = pytest.mark.spark
 
@@ -116,7 +116,7 @@ def test_dates_and_timestamps_outside_years_1_to_9999_and_far_ahead_are_quaranti
 ) -> None:
     from datetime import UTC, datetime
 
-    from spark_jobs.transforms import REASON, quarantine_reason
+    from spark_jobs.rules.transforms import REASON, quarantine_reason
 
     row = {
         "name": "t",
@@ -189,7 +189,7 @@ def test_step_timing_counts_the_requests_sent_to_spark(spark) -> None:
     # The before/after tool's load-proof figure: a column list is one request or more (a py4j
     # call, a Connect AnalyzePlan), and nothing is counted once the block is left.
     from cdc_tools.step_timing import driver_round_trips
-    from spark_jobs.session import is_connect
+    from spark_jobs.runtime.session import is_connect
 
     frame = spark.range(3)
     with driver_round_trips(is_connect(spark)) as counted:

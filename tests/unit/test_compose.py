@@ -125,7 +125,7 @@ def test_landing_and_warehouse_are_in_the_object_store_for_every_step() -> None:
     # The init service makes the bucket (the steps never create one) before anything runs.
     script = found["airflow-init"]["command"][-1]
     assert script.index(
-        'python -m spark_jobs.storage --make-bucket "$${CDC_LANDING}" "$${CDC_WAREHOUSE}"'
+        'python -m spark_jobs.runtime.storage --make-bucket "$${CDC_LANDING}" "$${CDC_WAREHOUSE}"'
     ) < script.index("airflow db migrate")
 
 

@@ -7,7 +7,7 @@ import pytest
 from cdc_pipeline import sql_guard
 from cdc_pipeline.config import TableConfig
 from cdc_pipeline.errors import ConfigError
-from spark_jobs import expression_check
+from spark_jobs.rules import expression_check
 
 pytestmark = pytest.mark.spark
 

@@ -11,7 +11,7 @@ from cdc_airflow import local as local_airflow
 from cdc_airflow.dag_files import DAG_FILES, write_dag_files
 from cdc_airflow.local import LocalAirflow
 from cdc_pipeline import paths
-from spark_jobs import session
+from spark_jobs.runtime import session
 
 ROOT = Path(__file__).resolve().parents[2]
 

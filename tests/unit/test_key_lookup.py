@@ -7,7 +7,7 @@ from typing import Any
 import pyarrow as pa
 
 from spark_jobs.delta import DataFile
-from spark_jobs.key_lookup import files_in_key_ranges
+from spark_jobs.overwrite.key_lookup import files_in_key_ranges
 
 
 def file(name: str, low: dict[str, Any], high: dict[str, Any]) -> DataFile:

@@ -6,8 +6,8 @@
   its current length and a reason. The list is a ratchet: it fails when a listed function grows,
   when it shrinks (lower the number) and when it is gone or no longer over the limit (remove it),
   so the list only gets shorter.
-- The Spark steps persist a frame only through `spark_jobs.transforms.persisted`: Spark's cache
-  is shared by every session of a Connect server, and a plain `persist()` a killed run left
+- The Spark steps persist a frame only through `spark_jobs.rules.transforms.persisted`: Spark's
+  cache is shared by every session of a Connect server, and a plain `persist()` a killed run left
   behind would answer a later run's equal plan with rows read before a file was rewritten.
 """
 
@@ -143,7 +143,7 @@ def test_the_steps_persist_only_through_persisted() -> None:
                 isinstance(node, ast.Call)
                 and isinstance(node.func, ast.Attribute)
                 and node.func.attr in ("persist", "cache")
-                and module != "spark_jobs.transforms"
+                and module != "spark_jobs.rules.transforms"
             ):
                 found.append(f"{module}:{node.lineno}: .{node.func.attr}()")
     assert found == []

@@ -6,7 +6,7 @@ import logging
 
 import pytest
 
-from spark_jobs.notices import LOGGER, show_warnings_on_stderr, warn
+from spark_jobs.runtime.notices import LOGGER, show_warnings_on_stderr, warn
 
 
 def test_a_warning_is_a_record_until_the_cli_shows_it_on_stderr(

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from spark_jobs.object_store import SCHEME_CONF, s3a_conf
+from spark_jobs.runtime.object_store import SCHEME_CONF, s3a_conf
 
 
 def test_no_aws_variables_only_map_the_scheme() -> None:

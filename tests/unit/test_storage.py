@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 
 from cdc_pipeline.paths import Location, ObjectPath
-from spark_jobs import storage
-from spark_jobs.storage import LocalStore, S3Store, Store
+from spark_jobs.runtime import storage
+from spark_jobs.runtime.storage import LocalStore, S3Store, Store
 
 
 @pytest.fixture(params=["local", "s3"])
@@ -72,8 +72,8 @@ def test_a_local_link_is_listed_as_a_link_and_never_read(tmp_path: Path) -> None
 def test_make_bucket_creates_missing_buckets_once_and_refuses_what_is_not_s3(
     s3_server: Any, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """The compose file's init service: `python -m spark_jobs.storage --make-bucket` makes the
-    landing and warehouse bucket on the first start and leaves it alone on the next."""
+    """The compose file's init service: `python -m spark_jobs.runtime.storage --make-bucket` makes
+    the landing and warehouse bucket on the first start and leaves it alone on the next."""
     for name, value in s3_server.environment().items():
         monkeypatch.setenv(name, value)
     bucket = f"made-{uuid.uuid4().hex[:8]}"

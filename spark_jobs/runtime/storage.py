@@ -5,7 +5,7 @@ written files and clean up through one interface instead of `os`/`pathlib` calls
 `LocalStore` holds the calls the steps made before (`os.scandir`, `os.open` with `O_NOFOLLOW`,
 `os.replace`), so the hostile-name and symlink behaviour stays what the tests pin; `S3Store` is
 the same interface over `pyarrow.fs.S3FileSystem`, configured from the AWS environment variables
-delta-rs and the Spark sessions read (spark_jobs/object_store.py).
+delta-rs and the Spark sessions read (spark_jobs/runtime/object_store.py).
 
 What object storage does not have, and what the steps do instead:
 - No links: nothing to refuse.
@@ -380,14 +380,15 @@ def make_buckets(uris: list[str]) -> dict[str, bool]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """`python -m spark_jobs.storage --make-bucket URI...`: the buckets of the URIs exist after it
-    (endpoint and keys from the AWS environment variables, as for the steps). Exit 2 on an error."""
+    """`python -m spark_jobs.runtime.storage --make-bucket URI...`: the buckets of the URIs exist
+    after it (endpoint and keys from the AWS environment variables, as for the steps). Exit 2 on
+    an error."""
     import argparse
     import sys
 
     from cdc_pipeline.errors import UsageError
 
-    parser = argparse.ArgumentParser(prog="python -m spark_jobs.storage")
+    parser = argparse.ArgumentParser(prog="python -m spark_jobs.runtime.storage")
     parser.add_argument("--make-bucket", nargs="+", metavar="URI", required=True)
     args = parser.parse_args(argv)
     try:

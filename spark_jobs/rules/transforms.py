@@ -140,7 +140,7 @@ def type_changes(
     typed = raw.select(*projections)
     if table.partition_column is not None and table.partition_expression is not None:
         # Config SQL is data: checked again on what Spark resolves it to, before any write.
-        from spark_jobs.expression_check import check_partition_expression
+        from spark_jobs.rules.expression_check import check_partition_expression
 
         check_partition_expression(typed, table)
         typed = typed.withColumn(table.partition_column, F.expr(table.partition_expression))

@@ -10,9 +10,9 @@ from pyspark.sql import functions as F
 
 from cdc_pipeline.counts import OverwriteCounts
 from spark_jobs import delta
-from spark_jobs.common import StepContext, StepReport
-from spark_jobs.final_table import evolve_to_staging, final_schema, partition_filters
-from spark_jobs.transforms import FLAG, latest_arrival_per_key_and_sequence
+from spark_jobs.overwrite.final_table import evolve_to_staging, final_schema, partition_filters
+from spark_jobs.rules.transforms import FLAG, latest_arrival_per_key_and_sequence
+from spark_jobs.runtime.common import StepContext, StepReport
 
 
 def append_inserts(

@@ -38,9 +38,9 @@ from cdc_pipeline.config import TableConfig
 from cdc_pipeline.counts import OverwriteCounts, ResetCounts
 from cdc_pipeline.errors import ConfigError
 from spark_jobs import delta
-from spark_jobs.absent import fill_absent
-from spark_jobs.common import StepContext, StepReport
-from spark_jobs.transforms import (
+from spark_jobs.overwrite.absent import fill_absent
+from spark_jobs.overwrite.truncates import remembered_truncates
+from spark_jobs.rules.transforms import (
     ABSENT,
     ARRIVAL,
     FLAG,
@@ -49,7 +49,7 @@ from spark_jobs.transforms import (
     compared_columns,
     hash_of,
 )
-from spark_jobs.truncates import remembered_truncates
+from spark_jobs.runtime.common import StepContext, StepReport
 
 VERSION_COLUMNS = (VALID_FROM, VALID_TO, IS_CURRENT, IS_DELETED)
 _BUCKETS_NOTE = re.compile(r"history_buckets=(\d+)")

@@ -17,7 +17,8 @@ from typing import Any
 from cdc_pipeline.config import TableConfig
 from cdc_pipeline.intervals import HOUR, Interval, format_timestamp
 from cdc_pipeline.paths import TablePaths
-from spark_jobs import applied, delta, landing
+from spark_jobs import delta, landing
+from spark_jobs.overwrite import applied
 
 BACKLOG_SHOWN = 20  # files listed per kind (the counts are always whole)
 

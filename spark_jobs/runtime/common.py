@@ -26,7 +26,7 @@ from cdc_pipeline.errors import (
 from cdc_pipeline.intervals import Interval
 from cdc_pipeline.paths import Location, TablePaths, as_location
 from cdc_pipeline.steps import ArgumentKind, Step, step_named
-from spark_jobs.notices import show_warnings_on_stderr
+from spark_jobs.runtime.notices import show_warnings_on_stderr
 
 C = TypeVar("C", bound=Counts)
 
@@ -350,7 +350,7 @@ def execute(args: StepArgs, prog: str, body: StepBody, needs_spark: bool = True)
     try:
         factory: SparkFactory | None = None
         if needs_spark:
-            from spark_jobs.session import build_spark_session
+            from spark_jobs.runtime.session import build_spark_session
 
             factory = build_spark_session
         report = perform(args, prog, body, factory)

@@ -20,8 +20,8 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import StringType, StructField, StructType
 
 from spark_jobs import delta
-from spark_jobs.common import StepContext
-from spark_jobs.transforms import FLAG, persisted, unpersist_quietly
+from spark_jobs.rules.transforms import FLAG, persisted, unpersist_quietly
+from spark_jobs.runtime.common import StepContext
 
 
 @dataclass

@@ -24,7 +24,15 @@ from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 
 from cdc_pipeline.columns import POSITION
-from spark_jobs.transforms import ABSENT, ARRIVAL, FLAG, absent_list, fillable, persisted, quoted
+from spark_jobs.rules.transforms import (
+    ABSENT,
+    ARRIVAL,
+    FLAG,
+    absent_list,
+    fillable,
+    persisted,
+    quoted,
+)
 
 FILL = "__fill_"  # the struct holding a column's filled value
 SYNTHETIC = "__cdc_seed"  # a later pass's row carrying the old key's values to the new key

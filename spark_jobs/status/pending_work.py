@@ -6,9 +6,10 @@ from __future__ import annotations
 from cdc_pipeline.config import TableConfig
 from cdc_pipeline.intervals import Interval
 from cdc_pipeline.paths import TablePaths
-from spark_jobs import applied, delta
+from spark_jobs import delta
 from spark_jobs.kafka.lag import kafka_has_work
 from spark_jobs.landing import list_landing, listing_interval, read_ledger, unknown_files
+from spark_jobs.overwrite import applied
 
 
 def interval_has_work(paths: TablePaths, table: TableConfig, interval: Interval) -> bool:

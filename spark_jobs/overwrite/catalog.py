@@ -15,15 +15,15 @@ from typing import Any
 
 from cdc_pipeline.config import TableConfig
 from cdc_pipeline.paths import Location, TablePaths
-from spark_jobs.notices import warn
-from spark_jobs.storage import store_for
+from spark_jobs.runtime.notices import warn
+from spark_jobs.runtime.storage import store_for
 
 
 def outlives_this_process(spark: Any) -> bool:
     """Whether a table registered now is there for the next query: a Connect server's session
     catalog, or a Hive metastore. A classic session's in-memory catalog ends with the `cdc`
     process, so registering there would only cost the run time."""
-    from spark_jobs.session import is_connect
+    from spark_jobs.runtime.session import is_connect
 
     if is_connect(spark):
         return True

@@ -10,9 +10,9 @@ from pyspark.sql.types import StructType
 from cdc_pipeline.config import TableConfig
 from cdc_pipeline.counts import OverwriteCounts
 from spark_jobs import delta
-from spark_jobs.common import StepContext, StepReport
-from spark_jobs.notices import warn
-from spark_jobs.transforms import ABSENT, ARRIVAL, FLAG
+from spark_jobs.rules.transforms import ABSENT, ARRIVAL, FLAG
+from spark_jobs.runtime.common import StepContext, StepReport
+from spark_jobs.runtime.notices import warn
 
 
 def final_schema(staging_schema: StructType) -> StructType:

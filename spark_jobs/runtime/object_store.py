@@ -29,7 +29,7 @@ SCHEME_CONF = {
     "fs.AbstractFileSystem.s3.impl": "org.apache.hadoop.fs.s3a.S3A",
     # Upload blocks buffered off-heap, not in local files: S3A's disk buffer takes Hadoop's local
     # file system as a LocalFileSystem, and the sessions make it the raw one (no checksum
-    # sidecars: spark_jobs/session.py), which fails every write with a ClassCastException.
+    # sidecars: spark_jobs/runtime/session.py), which fails every write with a ClassCastException.
     # At most `fs.s3a.fast.upload.active.blocks` (4) blocks of `fs.s3a.multipart.size` per stream.
     "fs.s3a.fast.upload.buffer": "bytebuffer",
     "fs.s3a.multipart.size": "32M",

@@ -16,7 +16,7 @@ from pyspark.sql import SparkSession
 from cdc_pipeline.errors import SparkUnavailableError, UsageError
 from cdc_pipeline.jvm import utf8_locale
 from cdc_pipeline.paths import spark_jars
-from spark_jobs.object_store import s3a_conf
+from spark_jobs.runtime.object_store import s3a_conf
 
 LOG4J_FILE = Path(__file__).with_name("log4j2.properties")  # package data
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from spark_jobs.transforms import FLAG, quoted, ranking_columns
+from spark_jobs.rules.transforms import FLAG, quoted, ranking_columns
 
 
 def names(columns: Sequence[str]) -> list[str]:

@@ -15,8 +15,8 @@ from cdc_pipeline.health import Health, HealthFacts, table_health
 from cdc_pipeline.paths import TablePaths
 from cdc_pipeline.schedules import schedule_period
 from spark_jobs import delta
-from spark_jobs.freshness import DataFreshness, data_freshness
-from spark_jobs.storage import store_for
+from spark_jobs.runtime.storage import store_for
+from spark_jobs.status.freshness import DataFreshness, data_freshness
 
 
 def unreadable_table(paths: TablePaths) -> str | None:
