@@ -195,7 +195,7 @@ class ConnectBackend:
                 table = call.arguments[0] if call.arguments else ""
                 raise AirflowException(f"{call.step.name} {table}: {error}") from error
             except Exception as error:
-                from spark_jobs.runtime.common import NOTHING_PAST, connect_server_lost
+                from spark_jobs.runtime.failures import NOTHING_PAST, connect_server_lost
 
                 lost = connect_server_lost(error)
                 if lost is None:
@@ -216,7 +216,9 @@ class ConnectBackend:
     def run_step(self, call: StepCall) -> dict[str, Any]:
         if call.step.kind == "tables":  # check: its own arguments, one line per table
             return self.run_check(call)
-        from spark_jobs.runtime.common import load_body, parse_step_args, perform, summary_payload
+        from spark_jobs.runtime.args import parse_step_args
+        from spark_jobs.runtime.entry import load_body, perform
+        from spark_jobs.runtime.report import summary_payload
 
         args = parse_step_args(call.step, call.arguments, call.config_path)
         noop = self.noop_report(call, args)
@@ -236,7 +238,7 @@ class ConnectBackend:
             return None
         from cdc_pipeline.config import load_table_configs
         from cdc_pipeline.paths import TablePaths
-        from spark_jobs.runtime.common import noop_report, summary_payload
+        from spark_jobs.runtime.report import noop_report, summary_payload
         from spark_jobs.status.pending_work import files_outside_window, interval_has_work
 
         try:
@@ -263,7 +265,8 @@ class ConnectBackend:
         import argparse
 
         from spark_jobs.check import check_report, run_check, select_tables
-        from spark_jobs.runtime.common import add_check_arguments, summary_payload
+        from spark_jobs.runtime.args import add_check_arguments
+        from spark_jobs.runtime.report import summary_payload
 
         parser = argparse.ArgumentParser(prog="check")
         add_check_arguments(parser)

@@ -208,7 +208,7 @@ class CdcStepOperator(BaseOperator, SkipMixin):
     def record_failure(self, context: Context, error: BaseException) -> None:
         """Keep the failure's one line as this try's XCom `cdc_error` (the CDC tables view shows
         it next to the failed task); never hides the failure itself."""
-        from spark_jobs.runtime.common import one_line
+        from spark_jobs.runtime.failures import one_line
 
         text = str(error).strip()
         # The backends' own errors are one line already; anything else gets its kind.

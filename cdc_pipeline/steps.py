@@ -3,7 +3,7 @@
 A step is a module of `spark_jobs` (`spark_jobs/<module>.py`, which spark-submit runs) with a
 body function `<module>_step(context, args)`; `cdc <name>` runs it from the command line, and
 the DAG of each table runs the ones with `in_dag` as tasks named after their module, in the
-order listed here. The kinds of arguments a step takes are in `spark_jobs.runtime.common`.
+order listed here. The kinds of arguments a step takes are in `spark_jobs.runtime.args`.
 """
 
 from __future__ import annotations

@@ -60,7 +60,8 @@ from spark_jobs.rules.transforms import (
     latest_change_per_key,
     persisted,
 )
-from spark_jobs.runtime.common import StepContext, StepReport
+from spark_jobs.runtime.context import StepContext
+from spark_jobs.runtime.report import StepReport
 from spark_jobs.runtime.session import is_connect
 from spark_jobs.stage import run_stage
 

@@ -579,7 +579,7 @@ def warm_server(
     from cdc_pipeline.intervals import Interval
     from cdc_pipeline.paths import TablePaths
     from spark_jobs.overwrite_final import run_overwrite_final
-    from spark_jobs.runtime.common import StepContext
+    from spark_jobs.runtime.context import StepContext
     from spark_jobs.runtime.session import build_connect_session
     from spark_jobs.stage import run_stage
 

@@ -25,7 +25,7 @@ JSON = "print the summary as one JSON object on stdout"
 
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of `cdc` and its commands."""
-    from spark_jobs.runtime.common import add_check_arguments, add_step_arguments
+    from spark_jobs.runtime.args import add_check_arguments, add_step_arguments
 
     parser = argparse.ArgumentParser(
         prog="cdc", description="CDC into Delta Lake tables with Spark."
@@ -195,7 +195,9 @@ def run_both(args) -> int:  # type: ignore[no-untyped-def]
     """`cdc run`: the registry's composite (stage then overwrite-final) in one Spark session,
     one summary line."""
     from cdc_pipeline.counts import CompositeCounts
-    from spark_jobs.runtime.common import StepContext, StepReport, execute, load_body
+    from spark_jobs.runtime.context import StepContext
+    from spark_jobs.runtime.entry import execute, load_body
+    from spark_jobs.runtime.report import StepReport
 
     def body(context: StepContext, step_args) -> StepReport:  # type: ignore[no-untyped-def]
         reported = {
@@ -213,7 +215,7 @@ def run_status_command(namespace: argparse.Namespace) -> int:
     reasons) and freshness measured by the data (no Spark)."""
     from cdc_pipeline.errors import CdcError
     from cdc_pipeline.paths import TablePaths
-    from spark_jobs.runtime.common import one_line
+    from spark_jobs.runtime.failures import one_line
     from spark_jobs.status.table_health import status_of
 
     loaded = load_table_configs(namespace.config)
@@ -250,7 +252,7 @@ def run_demo_command(namespace: argparse.Namespace) -> int:
     from cdc_pipeline.config import default_config_path
     from cdc_pipeline.errors import CdcError
     from cdc_tools.demo import run_airflow_demo, run_demo
-    from spark_jobs.runtime.common import one_line
+    from spark_jobs.runtime.failures import one_line
     from spark_jobs.runtime.session import build_spark_session
 
     config_path = namespace.config or default_config_path()
@@ -278,7 +280,7 @@ def run_bench_command(namespace: argparse.Namespace) -> int:
     from dataclasses import replace
 
     from cdc_tools.bench import BenchSpec, run_bench
-    from spark_jobs.runtime.common import one_line
+    from spark_jobs.runtime.failures import one_line
     from spark_jobs.runtime.session import build_spark_session
 
     output = namespace.output or Path("bench-results") / ("smoke" if namespace.smoke else "")
@@ -367,7 +369,7 @@ def run_bench_cycle_command(namespace: argparse.Namespace) -> int:
 
             document = beside_cycle(spec, document)
     except Exception as error:
-        from spark_jobs.runtime.common import one_line
+        from spark_jobs.runtime.failures import one_line
 
         print(f"error: bench-cycle: {one_line(error)}", file=sys.stderr)
         return 1
@@ -455,7 +457,8 @@ def dispatch(namespace: argparse.Namespace) -> int:
     elif namespace.command == "bench-cycle":
         code = run_bench_cycle_command(namespace)
     else:
-        from spark_jobs.runtime.common import execute, load_body, step_args_from
+        from spark_jobs.runtime.args import step_args_from
+        from spark_jobs.runtime.entry import execute, load_body
 
         args = step_args_from(namespace)
         if namespace.command == RUN.name:

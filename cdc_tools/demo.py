@@ -19,7 +19,7 @@ from cdc_tools.generator import ChangeSpec, generate_events, generate_orders
 from spark_jobs import delta
 from spark_jobs.optimize import run_optimize
 from spark_jobs.overwrite_final import run_overwrite_final
-from spark_jobs.runtime.common import StepContext
+from spark_jobs.runtime.context import StepContext
 from spark_jobs.stage import run_stage
 
 if TYPE_CHECKING:  # Airflow is imported only when the demo runs through it

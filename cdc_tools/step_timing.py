@@ -144,7 +144,7 @@ def one_run(spark: Any, spec: Any, base: Path, case: Path, touched: int) -> dict
     from cdc_pipeline.paths import TablePaths
     from cdc_tools import bench
     from spark_jobs.overwrite_final import run_overwrite_final
-    from spark_jobs.runtime.common import StepContext
+    from spark_jobs.runtime.context import StepContext
     from spark_jobs.runtime.session import is_connect
     from spark_jobs.stage import run_stage
 

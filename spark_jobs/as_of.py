@@ -39,7 +39,10 @@ from cdc_pipeline.paths import Location
 from spark_jobs import delta
 from spark_jobs.overwrite.history import BUCKET, VALID_FROM, VALID_TO, VERSION_COLUMNS
 from spark_jobs.rules.transforms import ARRIVAL, persisted
-from spark_jobs.runtime.common import StepArgs, StepContext, StepReport, run_step
+from spark_jobs.runtime.args import StepArgs
+from spark_jobs.runtime.context import StepContext
+from spark_jobs.runtime.entry import run_step
+from spark_jobs.runtime.report import StepReport
 
 DEFAULT_SAMPLE_ROWS = 20
 

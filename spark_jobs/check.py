@@ -45,8 +45,10 @@ from cdc_pipeline.paths import Location, TablePaths
 from spark_jobs import delta
 from spark_jobs.overwrite.history import IS_CURRENT
 from spark_jobs.rules.transforms import ARRIVAL, BATCH, FILE
-from spark_jobs.runtime.common import StepReport, add_check_arguments, one_line, write_summary
+from spark_jobs.runtime.args import add_check_arguments
+from spark_jobs.runtime.failures import one_line
 from spark_jobs.runtime.notices import show_warnings_on_stderr, warn
+from spark_jobs.runtime.report import StepReport, write_summary
 from spark_jobs.runtime.storage import store_for
 
 # The tables of a table's folder (names of TablePaths properties), loaded in the order a run

@@ -26,7 +26,7 @@ from cdc_pipeline.errors import InputError
 from cdc_pipeline.intervals import Interval, hour_folder
 from spark_jobs import delta
 from spark_jobs.rules.transforms import BATCH, FILE, FLAG, ROW, compared_columns, hash_of, persisted
-from spark_jobs.runtime.common import StepContext
+from spark_jobs.runtime.context import StepContext
 
 HASH_COLUMNS = (KEY_HASH, ROW_HASH)
 # The `_cdc_file` of derived deletes: they come from the final table, not from a landed file.

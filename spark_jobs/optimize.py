@@ -11,7 +11,10 @@ from deltalake.exceptions import CommitFailedError
 from cdc_pipeline.counts import OptimizeCounts
 from cdc_pipeline.paths import Location
 from spark_jobs import delta
-from spark_jobs.runtime.common import StepArgs, StepContext, StepReport, run_step
+from spark_jobs.runtime.args import StepArgs
+from spark_jobs.runtime.context import StepContext
+from spark_jobs.runtime.entry import run_step
+from spark_jobs.runtime.report import StepReport
 
 # A file under half of delta-rs's 100 MiB optimize target is small: compacting it pays off.
 SMALL_FILE_BYTES = 50 * 1024 * 1024

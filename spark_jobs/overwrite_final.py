@@ -61,8 +61,11 @@ from spark_jobs.rules.transforms import (
     quoted,
     ranking_order,
 )
-from spark_jobs.runtime.common import StepArgs, StepContext, StepReport, run_step
+from spark_jobs.runtime.args import StepArgs
+from spark_jobs.runtime.context import StepContext
+from spark_jobs.runtime.entry import run_step
 from spark_jobs.runtime.notices import warn
+from spark_jobs.runtime.report import StepReport
 from spark_jobs.runtime.session import new_observation, observed_metrics
 
 ROUTE = delta.ROUTE_COLUMN  # "final" or "tombstones": which table an output row is for

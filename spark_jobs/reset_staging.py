@@ -22,7 +22,10 @@ from spark_jobs.rules.transforms import (
     latest_arrival_per_key_and_sequence,
     latest_change_per_key,
 )
-from spark_jobs.runtime.common import StepArgs, StepContext, StepReport, run_step
+from spark_jobs.runtime.args import StepArgs
+from spark_jobs.runtime.context import StepContext
+from spark_jobs.runtime.entry import run_step
+from spark_jobs.runtime.report import StepReport
 
 
 def compacted_staging(context: StepContext, staging: delta.Snapshot) -> DataFrame:

@@ -15,7 +15,10 @@ from datetime import UTC, datetime
 from cdc_pipeline.counts import StageCounts, count
 from cdc_pipeline.intervals import Interval
 from spark_jobs import delta, landing
-from spark_jobs.runtime.common import StepArgs, StepContext, StepReport, run_step
+from spark_jobs.runtime.args import StepArgs
+from spark_jobs.runtime.context import StepContext
+from spark_jobs.runtime.entry import run_step
+from spark_jobs.runtime.report import StepReport
 from spark_jobs.staging.commit import commit_rows
 from spark_jobs.staging.ledger import append_ledger, staged_ledger_rows
 from spark_jobs.staging.notices import warn_landing, warn_outside_window

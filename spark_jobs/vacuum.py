@@ -11,7 +11,10 @@ from cdc_pipeline.counts import VacuumCounts
 from cdc_pipeline.errors import UsageError
 from cdc_pipeline.paths import Location
 from spark_jobs import delta
-from spark_jobs.runtime.common import StepArgs, StepContext, StepReport, run_step
+from spark_jobs.runtime.args import StepArgs
+from spark_jobs.runtime.context import StepContext
+from spark_jobs.runtime.entry import run_step
+from spark_jobs.runtime.report import StepReport
 from spark_jobs.runtime.storage import store_for
 
 SAFE_RETENTION_HOURS = VACUUM_SAFE_HOURS  # one number: the config check says the same

@@ -40,7 +40,8 @@ from spark_jobs.kafka.offsets import (
 )
 from spark_jobs.kafka.reading import no_messages, read_messages
 from spark_jobs.rules.transforms import BATCH, FILE, ROW
-from spark_jobs.runtime.common import StepContext, StepReport
+from spark_jobs.runtime.context import StepContext
+from spark_jobs.runtime.report import StepReport
 from spark_jobs.staging.commit import evolve_quarantine
 from spark_jobs.staging.ledger import append_ledger
 from spark_jobs.staging.rows import NEWEST, TypedRead, type_read

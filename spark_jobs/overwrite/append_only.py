@@ -12,7 +12,8 @@ from cdc_pipeline.counts import OverwriteCounts
 from spark_jobs import delta
 from spark_jobs.overwrite.final_table import evolve_to_staging, final_schema, partition_filters
 from spark_jobs.rules.transforms import FLAG, latest_arrival_per_key_and_sequence
-from spark_jobs.runtime.common import StepContext, StepReport
+from spark_jobs.runtime.context import StepContext
+from spark_jobs.runtime.report import StepReport
 
 
 def append_inserts(

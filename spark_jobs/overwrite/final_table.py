@@ -11,8 +11,9 @@ from cdc_pipeline.config import TableConfig
 from cdc_pipeline.counts import OverwriteCounts
 from spark_jobs import delta
 from spark_jobs.rules.transforms import ABSENT, ARRIVAL, FLAG
-from spark_jobs.runtime.common import StepContext, StepReport
+from spark_jobs.runtime.context import StepContext
 from spark_jobs.runtime.notices import warn
+from spark_jobs.runtime.report import StepReport
 
 
 def final_schema(staging_schema: StructType) -> StructType:

@@ -49,7 +49,8 @@ from spark_jobs.rules.transforms import (
     compared_columns,
     hash_of,
 )
-from spark_jobs.runtime.common import StepContext, StepReport
+from spark_jobs.runtime.context import StepContext
+from spark_jobs.runtime.report import StepReport
 
 VERSION_COLUMNS = (VALID_FROM, VALID_TO, IS_CURRENT, IS_DELETED)
 _BUCKETS_NOTE = re.compile(r"history_buckets=(\d+)")

@@ -21,7 +21,7 @@ from pyspark.sql.types import StringType, StructField, StructType
 
 from spark_jobs import delta
 from spark_jobs.rules.transforms import FLAG, persisted, unpersist_quietly
-from spark_jobs.runtime.common import StepContext
+from spark_jobs.runtime.context import StepContext
 
 
 @dataclass

@@ -21,7 +21,7 @@ from pyspark.sql import functions as F
 from cdc_pipeline.config import EVENT_FORMATS, TableConfig
 from spark_jobs import delta
 from spark_jobs.rules.transforms import FLAG, TRUNCATE, quoted
-from spark_jobs.runtime.common import StepContext
+from spark_jobs.runtime.context import StepContext
 
 
 @dataclass(frozen=True)

@@ -25,7 +25,7 @@ from spark_jobs.rules.transforms import (
     quarantined_changes,
     type_changes,
 )
-from spark_jobs.runtime.common import StepContext
+from spark_jobs.runtime.context import StepContext
 from spark_jobs.staging.plan import Committed, StageRows
 
 

@@ -16,7 +16,7 @@ from cdc_pipeline.intervals import Interval
 from spark_jobs import delta, extracts, landing
 from spark_jobs.landing import LandingFile, ParquetPlan, Refusal
 from spark_jobs.rules.transforms import BATCH, FILE
-from spark_jobs.runtime.common import StepContext
+from spark_jobs.runtime.context import StepContext
 
 
 @dataclass(frozen=True)

@@ -18,7 +18,7 @@ from cdc_pipeline.intervals import Interval
 from spark_jobs import delta, landing
 from spark_jobs.landing import LandingFile
 from spark_jobs.rules.transforms import BATCH, FILE, REASON, quoted
-from spark_jobs.runtime.common import StepContext
+from spark_jobs.runtime.context import StepContext
 from spark_jobs.staging.notices import listed, warn
 from spark_jobs.staging.plan import StageRows
 from spark_jobs.staging.readers import arrival_names

@@ -36,7 +36,7 @@ from spark_jobs.rules.transforms import (
     type_changes,
     unpersist_quietly,
 )
-from spark_jobs.runtime.common import StepContext
+from spark_jobs.runtime.context import StepContext
 from spark_jobs.staging.commit import refuse_batch
 from spark_jobs.staging.notices import warn
 from spark_jobs.staging.plan import StagePlan, StageRows, check_extract_files, files_in

@@ -6,7 +6,8 @@ from typing import Any
 
 from cdc_pipeline.config import TableConfig
 from spark_jobs.overwrite_final import run_overwrite_final
-from spark_jobs.runtime.common import StepContext, StepReport
+from spark_jobs.runtime.context import StepContext
+from spark_jobs.runtime.report import StepReport
 from spark_jobs.stage import run_stage
 from tests.helpers import Workspace, interval
 

@@ -302,7 +302,7 @@ def test_a_rerun_after_a_crash_between_log_and_recut_recuts_history(
     from spark_jobs import delta
     from spark_jobs.overwrite import history
     from spark_jobs.overwrite_final import apply_changes
-    from spark_jobs.runtime.common import StepReport
+    from spark_jobs.runtime.report import StepReport
     from spark_jobs.stage import run_stage
     from tests.helpers import interval
 

@@ -30,7 +30,7 @@ from hypothesis import strategies as st
 
 from cdc_pipeline.paths import TablePaths
 from spark_jobs import overwrite_final
-from spark_jobs.runtime.common import StepReport
+from spark_jobs.runtime.report import StepReport
 from tests.helpers import Workspace, table_rows
 from tests.property_model import Landed, TableModel
 from tests.spark.steps import run

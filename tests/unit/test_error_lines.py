@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from spark_jobs.runtime.common import connect_server_lost, one_line
+from spark_jobs.runtime.failures import connect_server_lost, one_line
 
 
 class Py4JJavaError(Exception):  # the name is what the classifier sees; no JVM here
