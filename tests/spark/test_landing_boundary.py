@@ -17,6 +17,7 @@ from deltalake import DeltaTable, write_deltalake
 
 from cdc_pipeline.errors import InputError
 from spark_jobs import landing
+from spark_jobs.landing import ledger as landing_ledger
 from spark_jobs.stage import run_stage
 from spark_jobs.staging import rows as stage_rows
 from tests.helpers import Workspace, file_paths, interval, table_rows
@@ -143,13 +144,13 @@ def test_a_changed_file_is_a_new_version_that_ranks_after_the_old(
     )
     assert (touched.counts["new_files"], touched.counts["staged"]) == (0, 0)
     hashed: list[Path] = []
-    real_digest = landing.file_digest
+    real_digest = landing_ledger.file_digest
 
     def counted_digest(path: Path) -> tuple[str, int, int]:
         hashed.append(path)
         return real_digest(path)
 
-    monkeypatch.setattr(landing, "file_digest", counted_digest)
+    monkeypatch.setattr(landing_ledger, "file_digest", counted_digest)
     run_stage(context(spark, workspace, table), interval("2024-01-01T20", "2024-01-01T21"))
     assert hashed == []
     ledger = table_rows(paths.ledger, ["file", "rows_staged", "mtime_ns"])

@@ -31,7 +31,7 @@ LONG_FUNCTIONS = {
     # the Debezium envelope's column expressions, one per field kind
     "spark_jobs.formats._parse_debezium": 90,
     # one pass over the Parquet footers (unreadable, contradicting, grouped by schema)
-    "spark_jobs.landing.plan_parquet": 64,
+    "spark_jobs.landing.probe.plan_parquet": 64,
     # the crash-recovery cases of one file version, kept together to be read as one rule
     "spark_jobs.staging.recovery.settle_unrecorded": 93,
     # one Spark `when` chain, the first problem wins, in the order of the docs
