@@ -17,7 +17,7 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from cdc_pipeline.kafka_settings import spark_options
-from spark_jobs.formats import LINE
+from spark_jobs.formats.json_lines import LINE
 from spark_jobs.kafka.offsets import KafkaPlan
 from spark_jobs.rules.transforms import BATCH, FILE, ROW
 

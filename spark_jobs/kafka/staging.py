@@ -2,8 +2,8 @@
 
 Plan (`offsets.plan_ranges`: the staged offsets in staging's log against the broker's end
 offsets now) -> read the ranges (`reading`) and parse them as the landed JSON lines are
-(`formats.read_json_changes`) -> type and split (`staging.rows.type_read`) -> quarantine the bad
-rows -> one exclusive staging commit holding the good rows AND the new offsets -> the ledger (one
+(`formats.reading.read_json_changes`) -> type and split (`staging.rows.type_read`) -> quarantine
+the bad rows -> one exclusive staging commit holding the good rows AND the new offsets -> the ledger (one
 row per range: what overwrite-final applies, as for a landed file).
 
 Quarantine is committed before staging: staging's commit is what marks the range consumed, so a
@@ -26,7 +26,7 @@ from pyspark.sql import functions as F
 from cdc_pipeline.counts import StageCounts
 from cdc_pipeline.intervals import Interval, batch_id
 from spark_jobs import delta, landing
-from spark_jobs.formats import read_json_changes
+from spark_jobs.formats.reading import read_json_changes
 from spark_jobs.kafka import broker
 from spark_jobs.kafka.lag import require_properties
 from spark_jobs.kafka.offsets import (

@@ -14,7 +14,7 @@ from cdc_pipeline.errors import InputError
 from cdc_pipeline.intervals import Interval
 from cdc_pipeline.paths import Location
 from spark_jobs import delta
-from spark_jobs.formats import ChangeRead
+from spark_jobs.formats.json_lines import ChangeRead
 from spark_jobs.landing import Refusal
 from spark_jobs.rules.transforms import (
     BATCH,

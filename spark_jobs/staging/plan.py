@@ -13,7 +13,8 @@ from cdc_pipeline.config import TableConfig
 from cdc_pipeline.counts import StageCounts
 from cdc_pipeline.errors import InputError
 from cdc_pipeline.intervals import Interval
-from spark_jobs import delta, extracts, landing
+from spark_jobs import delta, landing
+from spark_jobs.formats import snapshot as extracts
 from spark_jobs.landing import LandingFile, ParquetPlan, Refusal
 from spark_jobs.rules.transforms import BATCH, FILE
 from spark_jobs.runtime.context import StepContext

@@ -14,8 +14,9 @@ from pyspark.sql import functions as F
 from cdc_pipeline.config import TableConfig
 from cdc_pipeline.intervals import HOUR_FOLDER_PATTERN
 from spark_jobs import landing
-from spark_jobs.csv_format import read_csv_changes
-from spark_jobs.formats import ChangeRead, read_json_changes
+from spark_jobs.formats.csv import read_csv_changes
+from spark_jobs.formats.json_lines import ChangeRead
+from spark_jobs.formats.reading import read_json_changes
 from spark_jobs.landing import LandingFile, ParquetPlan, Refusal
 from spark_jobs.rules.transforms import ARRIVAL, BATCH, FILE, ROW
 
@@ -69,7 +70,7 @@ def read_landing(
         return read_json_changes(spark, table, lines)
     if table.file_format == "parquet":
         return _read_parquet(spark, table, files, parquet)
-    # CSV: each line parsed against its file's header (spark_jobs/csv_format.py).
+    # CSV: each line parsed against its file's header (spark_jobs/formats/csv.py).
     return read_csv_changes(
         spark, table, [f.path for f in files], lambda df: _with_arrival(df, "scan")
     )

@@ -18,8 +18,10 @@ from cdc_pipeline.counts import StageCounts
 from cdc_pipeline.errors import CdcError, ConfigError, InputError
 from cdc_pipeline.intervals import Interval
 from cdc_pipeline.schema import plan_schema
-from spark_jobs import delta, extracts, landing
-from spark_jobs.formats import ChangeRead, undeclared_names
+from spark_jobs import delta, landing
+from spark_jobs.formats import snapshot as extracts
+from spark_jobs.formats.json_lines import ChangeRead
+from spark_jobs.formats.reading import undeclared_names
 from spark_jobs.landing import LandingFile, ParquetPlan
 from spark_jobs.rules.transforms import (
     ABSENT,

@@ -17,8 +17,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from spark_jobs.csv_format import UNTERMINATED
-from spark_jobs.formats import DUPLICATE, NAN_LITERAL, SURROGATE, TRAILING
+from spark_jobs.formats.csv import UNTERMINATED
+from spark_jobs.formats.json_lines import DUPLICATE, NAN_LITERAL, SURROGATE, TRAILING
 from tests.cli.cdc import cdc, summary
 from tests.helpers import Workspace, table_rows, ts
 

@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from cdc_pipeline.config import parse_config
-from spark_jobs.formats import DUPLICATE, NAN_LITERAL
+from spark_jobs.formats.json_lines import DUPLICATE, NAN_LITERAL
 from tests.helpers import Workspace, table_rows, ts
 from tests.spark.steps import run
 

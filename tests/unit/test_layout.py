@@ -27,9 +27,9 @@ LONG_FUNCTIONS = {
     # one Spark pass over final, tombstones and staging per key (one scan, one shuffle)
     "spark_jobs.check._key_breaches": 72,
     # the extract vs final comparison as one Spark plan (I, U, D rows)
-    "spark_jobs.extracts.derive_changes": 67,
+    "spark_jobs.formats.snapshot.derive_changes": 67,
     # the Debezium envelope's column expressions, one per field kind
-    "spark_jobs.formats._parse_debezium": 90,
+    "spark_jobs.formats.debezium.parse_debezium": 90,
     # one pass over the Parquet footers (unreadable, contradicting, grouped by schema)
     "spark_jobs.landing.probe.plan_parquet": 64,
     # the crash-recovery cases of one file version, kept together to be read as one rule

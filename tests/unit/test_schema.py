@@ -5,7 +5,9 @@ from __future__ import annotations
 import pytest
 
 from cdc_pipeline.schema import accepts, common_type, normalize_type, plan_schema
-from spark_jobs.formats import connect_type, postgres_type, variant_type
+from spark_jobs.formats.debezium import connect_type
+from spark_jobs.formats.json_lines import variant_type
+from spark_jobs.formats.wal2json import postgres_type
 
 
 @pytest.mark.parametrize(

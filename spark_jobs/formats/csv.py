@@ -33,7 +33,7 @@ from pyspark.sql import functions as F
 from cdc_pipeline.config import COLUMN_PATTERN, TableConfig
 from cdc_pipeline.errors import InputError
 from cdc_pipeline.paths import Location
-from spark_jobs.formats import ChangeRead
+from spark_jobs.formats.json_lines import ChangeRead
 from spark_jobs.landing import spark_path
 from spark_jobs.rules.transforms import ARRIVAL, BATCH, FILE, FORMAT_ERROR, RAW, ROW
 from spark_jobs.runtime.notices import warn
