@@ -18,7 +18,7 @@ from cdc_pipeline.jvm import utf8_locale
 from cdc_pipeline.paths import spark_jars
 from spark_jobs.runtime.object_store import s3a_conf
 
-LOG4J_FILE = Path(__file__).with_name("log4j2.properties")  # package data
+LOG4J_FILE = Path(__file__).parents[1] / "log4j2.properties"  # package data of spark_jobs
 
 # Settings the Delta adapter and the transforms rely on; applied to any session, also one
 # that spark-submit created or a Connect server holds, because they are runtime SQL settings.

@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 
+import spark_jobs
 from cdc_airflow import local as local_airflow
 from cdc_airflow.dag_files import DAG_FILES, write_dag_files
 from cdc_airflow.local import LocalAirflow
@@ -59,8 +60,8 @@ def test_cdc_spark_jars_names_the_jars_folder(
     assert session.delta_conf()["spark.jars"] == f"{jars / 'a.jar'},{jars / 'b.jar'}"
 
 
-def test_the_log4j_configuration_is_beside_the_session_module() -> None:
-    assert Path(session.__file__).with_name("log4j2.properties") == session.LOG4J_FILE
+def test_the_log4j_configuration_is_the_spark_jobs_package_data() -> None:
+    assert Path(spark_jobs.__file__).with_name("log4j2.properties") == session.LOG4J_FILE
     assert session.LOG4J_FILE.is_file()
 
 
