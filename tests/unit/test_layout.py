@@ -6,6 +6,9 @@
   its current length and a reason. The list is a ratchet: it fails when a listed function grows,
   when it shrinks (lower the number) and when it is gone or no longer over the limit (remove it),
   so the list only gets shorter.
+- No function takes a bool flag positionally or 7+ positional parameters unless
+  POSITIONAL_FLAGS / WIDE_SIGNATURES lists it (issue 53: signatures like delta-rs'): a ratchet
+  as LONG_FUNCTIONS is, so the lists only get shorter.
 - The Spark steps persist a frame only through `spark_jobs.rules.transforms.persisted`: Spark's
   cache is shared by every session of a Connect server, and a plain `persist()` a killed run left
   behind would answer a later run's equal plan with rows read before a file was rewritten.
@@ -41,6 +44,75 @@ LONG_FUNCTIONS = {
     "cdc_tools.bench_cycle.run_mode": 91,
     # the generator's change mix of one hour, as one Spark plan
     "cdc_tools.generator._hour_changes": 80,
+}
+
+# Positional bool flags (`f(x, True)` reads as nothing at the call site) and functions with 7
+# or more positional parameters, by qualified name: the parameters. A ratchet like
+# LONG_FUNCTIONS: make the flag keyword-only (after `*`) or split the function, then remove the
+# entry; a new one fails the test.
+POSITIONAL_FLAGS = {
+    "cdc_airflow.connect_server.start": ("wait",),
+    "cdc_airflow.executor.notice_exit_at_once._service_subprocess": ("raise_on_timeout",),
+    "cdc_airflow.local.LocalAirflow.start_services": ("wait", "scheduler"),
+    "cdc_airflow.local.LocalAirflow.start_spark": ("wait",),
+    "cdc_airflow.local.LocalAirflow.wait_for_dags": ("with_next_run",),
+    "cdc_airflow.runs.wait_for_dag_runs": ("per_table",),
+    "cdc_airflow.table_status._health": ("paused",),
+    "cdc_airflow.table_status._table_status_or_problem": ("paused",),
+    "cdc_airflow.table_status.all_table_status": ("with_airflow",),
+    "cdc_airflow.table_status.table_status": ("paused",),
+    "cdc_pipeline.config.loader._line_of": ("from_row",),
+    "cdc_pipeline.config.loader._topic_problems": ("set_here",),
+    "cdc_pipeline.sql_guard._column_problem": ("declared",),
+    "cdc_tools.auto_cdc_cycle.measure": ("warm",),
+    "cdc_tools.auto_cdc_cycle.run": ("warm",),
+    "cdc_tools.auto_cdc_cycle.write_source": ("append",),
+    "cdc_tools.bench_cycle.BenchAirflow.set_paused": ("paused",),
+    "cdc_tools.step_timing.capture_call_sites": ("on",),
+    "cdc_tools.step_timing.driver_round_trips": ("connect",),
+    "spark_jobs.delta.committing.commit": ("exclusive",),
+    "spark_jobs.delta.committing.try_commit": ("exclusive",),
+    "spark_jobs.delta.reading.read_snapshot": ("with_file_name",),
+    "spark_jobs.delta.writing._adopt_files": ("keep_dirs",),
+    "spark_jobs.landing.listing.listing_interval": ("whole_extracts",),
+    "spark_jobs.landing.probe._read_types": ("declared",),
+    "spark_jobs.overwrite.applied.pending_files": ("whole_extracts",),
+    "spark_jobs.overwrite.history.recut": ("unless_held",),
+    "spark_jobs.overwrite.history.update_history": ("recut_all",),
+    "spark_jobs.overwrite.key_lookup._holding": ("broadcast", "want_found"),
+    "spark_jobs.overwrite.key_lookup.changed_keys_in_spark": ("broadcast",),
+    "spark_jobs.overwrite.key_lookup.changed_keys_on_driver": ("broadcast",),
+    "spark_jobs.overwrite.key_lookup.files_holding_keys": ("everywhere",),
+    "spark_jobs.overwrite.key_lookup.with_broadcast_hint": ("broadcast",),
+    "spark_jobs.overwrite.ranking_sql.flags": ("remembered", "from_change"),
+    "spark_jobs.overwrite_final._routed_output": ("heal", "one_task"),
+    "spark_jobs.overwrite_final._touched_rows": ("whole",),
+    "spark_jobs.overwrite_final.observed_verdict": ("has_absent",),
+    "spark_jobs.rules.transforms.type_changes": ("flag_present",),
+    "spark_jobs.runtime.entry.execute": ("needs_spark",),
+    "spark_jobs.runtime.storage.S3Store._listing": ("recursive",),
+    "spark_jobs.staging.commit.refuse_batch": ("flag_present",),
+    "spark_jobs.staging.rows._refuse_schema": ("flag_present",),
+    "spark_jobs.staging.rows._typed_rows": ("flag_present", "is_snapshot"),
+    "spark_jobs.vacuum.run_vacuum": ("force",),
+}
+WIDE_SIGNATURES = {
+    "cdc_airflow.connect_server.start": 7,
+    "cdc_airflow.runs.wait_for_dag_runs": 10,
+    "cdc_airflow.table_status.run_point": 7,
+    "cdc_tools.bench.repeated_measure": 7,
+    "cdc_tools.bench.run_case": 7,
+    "cdc_tools.bench_cycle.hour_guard": 7,
+    "cdc_tools.generator.generate_events": 8,
+    "cdc_tools.generator.write_landing": 7,
+    "spark_jobs.delta.committing.commit": 10,
+    "spark_jobs.delta.committing.try_commit": 9,
+    "spark_jobs.landing.ledger.ledger_row": 9,
+    "spark_jobs.overwrite.key_lookup._holding": 7,
+    "spark_jobs.overwrite_final._routed_output": 7,
+    "spark_jobs.overwrite_final.plan_rewrite": 7,
+    "spark_jobs.staging.recovery.settle_unrecorded": 10,
+    "spark_jobs.staging.rows._refuse_schema": 7,
 }
 
 
@@ -147,3 +219,57 @@ def test_the_steps_persist_only_through_persisted() -> None:
             ):
                 found.append(f"{module}:{node.lineno}: .{node.func.attr}()")
     assert found == []
+
+
+def _signatures() -> tuple[dict[str, tuple[str, ...]], dict[str, int]]:
+    """(positional bool parameters, count of positional parameters when 7 or more) of every
+    function and method, by qualified name (`self`/`cls` not counted)."""
+    flags: dict[str, tuple[str, ...]] = {}
+    wide: dict[str, int] = {}
+
+    def visit(node: ast.AST, prefix: str) -> None:
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, ast.FunctionDef | ast.AsyncFunctionDef):
+                name = f"{prefix}.{child.name}"
+                positional = [
+                    a
+                    for a in (*child.args.posonlyargs, *child.args.args)
+                    if a.arg not in ("self", "cls")
+                ]
+                bools = tuple(
+                    a.arg
+                    for a in positional
+                    if isinstance(a.annotation, ast.Name) and a.annotation.id == "bool"
+                )
+                if bools:
+                    flags[name] = bools
+                if len(positional) >= 7:
+                    wide[name] = len(positional)
+                visit(child, name)
+            elif isinstance(child, ast.ClassDef):
+                visit(child, f"{prefix}.{child.name}")
+            else:
+                visit(child, prefix)
+
+    for module, tree in _modules():
+        visit(tree, module)
+    return flags, wide
+
+
+def test_signatures_take_flags_by_keyword_and_few_positional_parameters() -> None:
+    flags, wide = _signatures()
+    problems = []
+    for name, found in flags.items():
+        listed = POSITIONAL_FLAGS.get(name)
+        if listed is None or not set(found) <= set(listed):
+            problems.append(f"{name} takes {found} positionally: put them after `*`")
+    for name, listed_flags in POSITIONAL_FLAGS.items():
+        if flags.get(name) != listed_flags:
+            problems.append(f"{name} is now {flags.get(name)}: update or remove its entry")
+    for name, count in wide.items():
+        if count > WIDE_SIGNATURES.get(name, 6):
+            problems.append(f"{name} takes {count} positional parameters: make some keyword-only")
+    for name, listed_count in WIDE_SIGNATURES.items():
+        if wide.get(name) != listed_count:
+            problems.append(f"{name} now takes {wide.get(name)}: lower or remove its entry")
+    assert problems == []
