@@ -92,10 +92,17 @@ def _jaas_quoted(value: str) -> str:
     return value.replace("\\", "\\\\").replace('"', '\\"')
 
 
+# Java client properties for Spark's read only (librdkafka refuses or ignores them):
+# `default.api.timeout.ms` bounds each of the source's admin calls (3 tries) when the broker
+# stops answering mid-read (Java's default: 60 s each); it may not be below
+# `request.timeout.ms` (30 s by default), so a shorter bound sets both.
+_JAVA_ONLY = {"sasl.jaas.config", "default.api.timeout.ms", "request.timeout.ms"}
+
+
 def librdkafka_properties(properties: Mapping[str, str]) -> dict[str, str]:
     """The properties as the Python client (librdkafka) takes them: Java-only names dropped."""
     return {
         name: value
         for name, value in properties.items()
-        if not name.startswith(("ssl.truststore.", "ssl.keystore.")) and name != "sasl.jaas.config"
+        if not name.startswith(("ssl.truststore.", "ssl.keystore.")) and name not in _JAVA_ONLY
     }

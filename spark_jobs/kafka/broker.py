@@ -9,6 +9,7 @@ Failures are sorted the way a retry needs: a broker that does not answer is tran
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -87,6 +88,39 @@ def _raise_for(error: Any, properties: Mapping[str, str], topic: str) -> None:
     if code in permanent:
         raise ConfigError(f"{where}: the broker refused the client ({text}); fix the credentials")
     raise SourceUnavailableError(f"{where} is not reachable ({text})")
+
+
+# What the Java client in Spark's Kafka source says when the broker stops answering mid-read
+# (its admin and consumer calls time out or lose the connection; seen with a broker stopped
+# between the plan and the read: `TimeoutException: Timed out waiting for a node assignment`).
+# Classic Spark prints `...errors.TimeoutException: message`, Spark Connect
+# `(...errors.TimeoutException) message`.
+_JAVA_UNREACHABLE = re.compile(
+    r"org\.apache\.kafka\.common\.errors\.(TimeoutException|DisconnectException|"
+    r"NetworkException|BrokerNotAvailableException)(?::|\))?[ \t]*([^\n]*)"
+)
+
+
+def unreachable_during_read(
+    error: BaseException, properties: Mapping[str, str], topic: str
+) -> SourceUnavailableError | None:
+    """The broker stopped answering while Spark read the planned ranges: a SourceUnavailableError
+    (transient: the retry plans again and reads the same ranges, nothing was staged) naming the
+    servers and the client's words; None when `error` is anything else."""
+    seen: set[int] = set()
+    current: BaseException | None = error
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        found = _JAVA_UNREACHABLE.search(str(current))
+        if found:
+            words = found.group(2).strip()
+            cause = f"{found.group(1)}: {words}" if words else found.group(1)
+            return SourceUnavailableError(
+                f"{_where(properties, topic)} stopped answering during the read ({cause}); "
+                "nothing was staged: the retry reads the same messages"
+            )
+        current = current.__cause__ or current.__context__
+    return None
 
 
 def topic_offsets(properties: Mapping[str, str], topic: str) -> TopicOffsets:

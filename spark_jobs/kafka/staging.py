@@ -82,18 +82,16 @@ def _attempt(
             quarantine_version=quarantine.version,
         )
         return StepReport("stage", table.name, str(interval), counts)
-    spark = context.spark
-    lines = read_messages(spark, properties, plan) if plan.to_read else no_messages(spark)
-    read = read_json_changes(spark, table, lines)
-    delta.inject_fault("stage:before_first_write")
-    typed = type_read(context, interval, read, read.frame, staging, [plan.batch])
+    delta.inject_fault("stage:kafka_planned")
     try:
-        quarantined, quarantine_version = _commit_quarantine(context, typed, plan)
-        delta.inject_fault("stage:before_staging_commit")
-        committed = _commit_staging(context, typed.good, plan)
-    finally:
-        for done_with in [*typed.release, read.release]:
-            done_with()
+        committed, quarantined, quarantine_version, typed = _read_and_commit(
+            context, interval, properties, plan, staging
+        )
+    except Exception as error:
+        unreachable = broker.unreachable_during_read(error, properties, table.topic)
+        if unreachable is None:
+            raise
+        raise unreachable from error
     if committed is None:
         return None
     staged, staging_version = committed
@@ -113,6 +111,31 @@ def _attempt(
         quarantine_version=quarantine_version,
     )
     return StepReport("stage", table.name, str(interval), counts)
+
+
+def _read_and_commit(
+    context: StepContext,
+    interval: Interval,
+    properties: Mapping[str, str],
+    plan: KafkaPlan,
+    staging: delta.Snapshot,
+) -> tuple[tuple[int, int] | None, int, int, TypedRead]:
+    """Read the planned ranges, then commit quarantine and staging: (staging's (rows, version),
+    None when another run committed first; quarantined rows; quarantine's version; the typed
+    read)."""
+    spark = context.spark
+    lines = read_messages(spark, properties, plan) if plan.to_read else no_messages(spark)
+    read = read_json_changes(spark, context.table, lines)
+    delta.inject_fault("stage:before_first_write")
+    typed = type_read(context, interval, read, read.frame, staging, [plan.batch])
+    try:
+        quarantined, quarantine_version = _commit_quarantine(context, typed, plan)
+        delta.inject_fault("stage:before_staging_commit")
+        committed = _commit_staging(context, typed.good, plan)
+    finally:
+        for done_with in [*typed.release, read.release]:
+            done_with()
+    return committed, quarantined, quarantine_version, typed
 
 
 def _commit_quarantine(context: StepContext, typed: TypedRead, plan: KafkaPlan) -> tuple[int, int]:

@@ -5,6 +5,8 @@ tombstones, partitions added later, offsets lost to retention, a missing topic, 
 from __future__ import annotations
 
 import json
+import re
+import time
 import uuid
 from collections import Counter
 from pathlib import Path
@@ -290,3 +292,54 @@ def test_reset_staging_keeps_the_offsets_staged(
     counts = run(workspace, kafka_broker, "k")
     assert counts["staged"] == "1"
     assert [r[:3] for r in final(workspace, "k")] == [(1, "a", 1), (2, "b2", 3)]
+
+
+def test_the_broker_stopped_during_the_read_fails_the_run_once_and_the_retry_is_exact(
+    workspace: Workspace, kafka_broker: KafkaBroker, tmp_path: Path
+) -> None:
+    """The run plans its ranges (the broker's end offsets), then the broker stops before Spark
+    reads them: the run fails with one line naming the topic and the servers, stages nothing;
+    after the broker is back, the retry applies each message exactly once. (A barrier at the
+    plan holds the run while the test stops the broker; the Java client's admin and request
+    timeouts are cut to 5 s so its three tries take seconds, not three minutes.)"""
+    topic = new_topic(kafka_broker, partitions=2)
+    workspace.configure(kafka_row("k", topic))
+    send(kafka_broker, topic, [(change("I", 1, "a", 1, 1), 0), (change("I", 2, "b", 2, 2), 1)])
+    barrier = tmp_path / "barrier"
+    process = start(
+        workspace,
+        "run",
+        "k",
+        *WINDOW,
+        CDC_KAFKA_BOOTSTRAP_SERVERS=kafka_broker.bootstrap_servers,
+        CDC_KAFKA_DEFAULT_API_TIMEOUT_MS="5000",
+        CDC_KAFKA_REQUEST_TIMEOUT_MS="5000",
+        CDC_BARRIER=f"stage:kafka_planned|{barrier}|2",
+    )
+    try:
+        until = time.monotonic() + 300
+        while not (barrier.exists() and any(barrier.iterdir())) and time.monotonic() < until:
+            assert process.poll() is None, process.communicate()[1]
+            time.sleep(0.2)
+        kafka_broker.stop()
+        (barrier / "test").touch()  # the run goes on, to a broker that is gone
+        _, stderr = process.communicate(timeout=600)
+    finally:
+        stop_process_group(process)
+        if not kafka_broker.running:
+            kafka_broker.restart()
+    assert process.returncode == 1, stderr
+    # The client's words vary with the call that timed out first (listNodes, a fetch, ...).
+    said = re.escape(f"Kafka topic {topic!r} at {kafka_broker.bootstrap_servers}") + (
+        r" stopped answering during the read \((TimeoutException|DisconnectException|"
+        r"NetworkException)[^\n]*\); nothing was staged: the retry reads the same messages$"
+    )
+    assert re.search(said, stderr.strip().splitlines()[-1]), stderr[-3000:]
+    assert (
+        not exists(workspace.paths("k").staging)
+        or table_rows(workspace.paths("k").staging, ["ID"]) == []
+    )
+    send(kafka_broker, topic, [(change("U", 1, "a2", 3, 3), 0)])
+    counts = run(workspace, kafka_broker, "k")
+    assert counts["staged"] == "3"
+    assert [r[:3] for r in final(workspace, "k")] == [(1, "a2", 3), (2, "b", 2)]
