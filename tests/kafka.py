@@ -145,7 +145,11 @@ class KafkaBroker:
         self.root.mkdir(parents=True, exist_ok=True)
         self.config_path.write_text("".join(f"{k}={v}\n" for k, v in self.settings().items()))
         (self.root / "log4j2.properties").write_text(LOG4J)
-        cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        # Kafka's own ids never start with "-" (kafka-storage would read it as an option:
+        # "argument --cluster-id/-t: expected one argument", 1 format in 64 failed so).
+        cluster_id = "-"
+        while cluster_id.startswith("-"):
+            cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
         result = subprocess.run(
             self._java(STORAGE_TOOL_CLASS, "format", "-t", cluster_id, "-c", str(self.config_path)),
             capture_output=True,
