@@ -27,7 +27,7 @@ def environment(workspace: Workspace, **extra: str) -> dict[str, str]:
 
 
 def cdc(
-    workspace: Workspace, *args: str, timeout: int = 300, cwd: str | None = None, **extra: str
+    workspace: Workspace, *args: str, timeout: int = 600, cwd: str | None = None, **extra: str
 ) -> subprocess.CompletedProcess[str]:
     """Run `cdc ARGS` to completion (in `cwd`, default this process's)."""
     return subprocess.run(
