@@ -136,24 +136,29 @@ def _imported_module(module: str, node: ast.ImportFrom, is_package: bool) -> str
     return ".".join([*base, *([node.module] if node.module else [])])
 
 
-def _function_lengths() -> dict[str, int]:
-    """Lines of every function and method (nested ones too), by qualified name."""
-    lengths: dict[str, int] = {}
+def _functions() -> Iterator[tuple[str, ast.FunctionDef | ast.AsyncFunctionDef]]:
+    """Every function and method (nested ones too), with its qualified name."""
 
-    def visit(node: ast.AST, prefix: str) -> None:
+    def visit(
+        node: ast.AST, prefix: str
+    ) -> Iterator[tuple[str, ast.FunctionDef | ast.AsyncFunctionDef]]:
         for child in ast.iter_child_nodes(node):
             if isinstance(child, ast.FunctionDef | ast.AsyncFunctionDef):
                 name = f"{prefix}.{child.name}"
-                lengths[name] = (child.end_lineno or child.lineno) - child.lineno + 1
-                visit(child, name)
+                yield name, child
+                yield from visit(child, name)
             elif isinstance(child, ast.ClassDef):
-                visit(child, f"{prefix}.{child.name}")
+                yield from visit(child, f"{prefix}.{child.name}")
             else:
-                visit(child, prefix)
+                yield from visit(child, prefix)
 
     for module, tree in _modules():
-        visit(tree, module)
-    return lengths
+        yield from visit(tree, module)
+
+
+def _function_lengths() -> dict[str, int]:
+    """Lines of every function and method (nested ones too), by qualified name."""
+    return {name: (node.end_lineno or node.lineno) - node.lineno + 1 for name, node in _functions()}
 
 
 def test_no_module_imports_a_private_name_of_another_module() -> None:
@@ -226,33 +231,19 @@ def _signatures() -> tuple[dict[str, tuple[str, ...]], dict[str, int]]:
     function and method, by qualified name (`self`/`cls` not counted)."""
     flags: dict[str, tuple[str, ...]] = {}
     wide: dict[str, int] = {}
-
-    def visit(node: ast.AST, prefix: str) -> None:
-        for child in ast.iter_child_nodes(node):
-            if isinstance(child, ast.FunctionDef | ast.AsyncFunctionDef):
-                name = f"{prefix}.{child.name}"
-                positional = [
-                    a
-                    for a in (*child.args.posonlyargs, *child.args.args)
-                    if a.arg not in ("self", "cls")
-                ]
-                bools = tuple(
-                    a.arg
-                    for a in positional
-                    if isinstance(a.annotation, ast.Name) and a.annotation.id == "bool"
-                )
-                if bools:
-                    flags[name] = bools
-                if len(positional) >= 7:
-                    wide[name] = len(positional)
-                visit(child, name)
-            elif isinstance(child, ast.ClassDef):
-                visit(child, f"{prefix}.{child.name}")
-            else:
-                visit(child, prefix)
-
-    for module, tree in _modules():
-        visit(tree, module)
+    for name, node in _functions():
+        positional = [
+            a for a in (*node.args.posonlyargs, *node.args.args) if a.arg not in ("self", "cls")
+        ]
+        bools = tuple(
+            a.arg
+            for a in positional
+            if isinstance(a.annotation, ast.Name) and a.annotation.id == "bool"
+        )
+        if bools:
+            flags[name] = bools
+        if len(positional) >= 7:
+            wide[name] = len(positional)
     return flags, wide
 
 
