@@ -376,11 +376,27 @@ class KafkaBroker:
         return {tp.partition: future.result(60).low_watermark for tp, future in futures.items()}
 
     def _offsets(self, topic: str, spec: Any) -> dict[int, int]:
-        from confluent_kafka import TopicPartition
+        from confluent_kafka import KafkaError, KafkaException, TopicPartition
 
         request = {TopicPartition(topic, p): spec for p in self.partitions(topic)}
-        futures = self.admin().list_offsets(request, request_timeout=30)
-        return {tp.partition: future.result(60).offset for tp, future in futures.items()}
+        deadline = time.monotonic() + 60
+        while True:
+            futures = self.admin().list_offsets(request, request_timeout=30)
+            try:
+                return {tp.partition: future.result(60).offset for tp, future in futures.items()}
+            except KafkaException as error:
+                # Just after a restart a partition's leader may still be loading its log
+                # ("Leader epoch is newer than broker epoch"): retriable, as Java clients retry.
+                code = error.args[0].code()
+                loading = code in (
+                    KafkaError.UNKNOWN_LEADER_EPOCH,
+                    KafkaError.FENCED_LEADER_EPOCH,
+                    KafkaError.NOT_LEADER_FOR_PARTITION,
+                    KafkaError.LEADER_NOT_AVAILABLE,
+                )
+                if not (loading or error.args[0].retriable()) or time.monotonic() > deadline:
+                    raise
+                time.sleep(0.2)
 
     def earliest_offsets(self, topic: str) -> dict[int, int]:
         """The first offset still held of each partition (0 until records are deleted)."""
