@@ -122,14 +122,23 @@ def test_a_full_disk_and_a_read_only_warehouse_say_so_and_leave_final_as_it_was(
 def test_a_driver_out_of_memory_names_the_setting(workspace: Workspace) -> None:
     """A 300 MB change line in a 500 MB driver (CDC_SPARK_DRIVER_MEMORY): one line with the
     setting, exit 1, nothing committed. (200,000 lines of 1 KB were once enough; since flat
-    JSON lines are read in one pass, 400,000 are not.)"""
+    JSON lines are read in one pass, 400,000 are not. The line is past CDC_MAX_LINE_BYTES's
+    default, which refuses the file before Spark reads it: the limit is raised to reach Spark.)"""
     configure(workspace)
     folder = workspace.landing / "j" / "dt=2024-01-01" / "hr=00"
     folder.mkdir(parents=True)
     with (folder / "big.json").open("w") as out:
         out.write('{"FLAG": "I", "ID": 1, "V": "a", "TS": "2024-01-01 00:00:00"}\n')
         out.write('{"FLAG": "I", "ID": 2, "V": "' + "x" * 300_000_000 + '", "TS": "2024-01-01"}\n')
-    result = cdc(workspace, "run", "j", *HOUR_0, timeout=900, CDC_SPARK_DRIVER_MEMORY="500m")
+    result = cdc(
+        workspace,
+        "run",
+        "j",
+        *HOUR_0,
+        timeout=900,
+        CDC_SPARK_DRIVER_MEMORY="500m",
+        CDC_MAX_LINE_BYTES=str(400 << 20),
+    )
     assert result.returncode == 1, result.stderr
     assert last_line(result) == (
         "error: run j: Spark ran out of memory (java.lang.OutOfMemoryError): driver memory is "
