@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import secrets
 import signal
 import subprocess
@@ -56,6 +57,7 @@ def spark_connection_from_environment() -> str | None:
 DEFAULT_HOST = "127.0.0.1"
 TASK_PROCESSES = 2  # tasks running at once: the machine's 2 cores (the steps are CPU-bound)
 WILDCARD_HOSTS = ("0.0.0.0", "::", "")
+_ERROR_LINE = re.compile(r"\bERROR\b|Error:|Exception:|Traceback|error: ")
 
 
 def default_host() -> str:
@@ -248,8 +250,15 @@ class LocalAirflow:
                 break
             time.sleep(2 * attempt)
         if check and result.returncode != 0:
+            output = result.stdout + "\n" + result.stderr
+            # The first errors say why; the tail only that the run failed (a `dags test` prints
+            # every task's log, so the failing task's lines scroll far above the end).
+            errors = [line for line in output.splitlines() if _ERROR_LINE.search(line)][:40]
+            first = errors[0][:300] if errors else f"exit {result.returncode}"
             raise RuntimeError(
-                f"airflow {' '.join(args)} failed:\n{result.stdout[-3000:]}\n{result.stderr[-3000:]}"
+                f"airflow {' '.join(args)} failed: {first}\nits error lines:\n"
+                + "\n".join(line[:500] for line in errors)
+                + f"\nthe end of its output:\n{result.stdout[-3000:]}\n{result.stderr[-3000:]}"
             )
         return result
 
