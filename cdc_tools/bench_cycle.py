@@ -36,8 +36,12 @@ import yaml
 from cdc_airflow.local import LOCAL_SPARK, LocalAirflow
 from cdc_airflow.runs import MetadataDB, RunRow, TaskRow, wait_for_dag_runs
 from cdc_pipeline.intervals import HourBatch
+from cdc_tools.kafka_broker import KafkaBroker, start_broker
 
 Mode = Literal["connect", "spark-submit"]
+# Where the tables read their changes: landed files, or one Kafka topic each (flat JSON messages
+# of the same change sets) on a broker the bench starts.
+Source = Literal["files", "kafka"]
 Kind = Literal["partitioned", "unpartitioned", "insert_only"]
 KINDS: tuple[Kind, ...] = ("partitioned", "unpartitioned", "insert_only")
 FILE_FORMATS: dict[Kind, str] = {
@@ -80,6 +84,9 @@ class CycleSpec:
     progress_every: float = 10.0
     warm: bool = True  # connect mode: warm the server on copies of the tables first
     auto_cdc: bool = False  # then the same change sets through AUTO CDC (cli: auto_cdc_cycle)
+    sources: tuple[Source, ...] = ("files",)
+    kafka_conn_id: str = "kafka_default"  # the Airflow connection the Kafka tables name
+    kafka_partitions: int = 3  # of each table's topic; a key's messages go to one partition
 
     @classmethod
     def smoke(cls, output: Path, modes: tuple[Mode, ...]) -> CycleSpec:
@@ -96,6 +103,10 @@ class CycleSpec:
             raise ValueError(f"--parallelism must be at least 1, not {self.parallelism}")
         if self.every not in (15, 60):
             raise ValueError(f"--every must be 60 (hourly) or 15 (minutes), not {self.every}")
+        if not self.sources or set(self.sources) - {"files", "kafka"}:
+            raise ValueError(f"--source must be files, kafka or both, not {self.sources}")
+        if self.kafka_partitions < 1:
+            raise ValueError(f"Kafka topics need a partition, not {self.kafka_partitions}")
 
     @property
     def schedule(self) -> str:
@@ -171,6 +182,38 @@ class BenchTable:
                 "insert_only": True,
             }
         return row
+
+    def topic(self, run: str) -> str:
+        """The table's topic in run `run` (one broker serves every run: a topic each)."""
+        return f"{DAG_PREFIX}.{run}.{self.name}"
+
+    def kafka_config_row(
+        self, conn_id: str, schedule: str, topic: str, kafka_conn_id: str = "kafka_default"
+    ) -> dict[str, Any]:
+        """The table's row reading `topic` (flat JSON changes) instead of the landing zone."""
+        row = self.config_row(conn_id, schedule)
+        del row["file_format"]  # a message's value is JSON
+        return row | {
+            "source": "kafka",
+            "topic": topic,
+            "kafka_conn_id": kafka_conn_id,
+            "change_format": "flat",
+        }
+
+    def messages(self) -> list[tuple[str, str]]:
+        """The change set as Kafka messages, in file order: (key, flat JSON value). The key is
+        the ID (a key's changes share a partition); SEQ orders them, never the offsets."""
+        return [
+            (str(row["ID"]), json.dumps({k: _json_value(v) for k, v in row.items()}))
+            for row in self.rows
+        ]
+
+
+def _json_value(value: Any) -> Any:
+    """A timestamp as the landed CSV writes it (naive UTC text); other values as they are."""
+    if isinstance(value, datetime):
+        return naive_utc(value).strftime("%Y-%m-%d %H:%M:%S")
+    return value
 
 
 def generate_table(index: int, changes: int, hour: datetime, seed: int) -> BenchTable:
@@ -331,8 +374,9 @@ class RssSampler:
     same measure for both modes.
     """
 
-    def __init__(self, every: float = 1.0) -> None:
+    def __init__(self, every: float = 1.0, exclude: frozenset[int] = frozenset()) -> None:
         self.every = every
+        self.exclude = exclude  # pids left out: the Kafka broker, an outside service in real use
         self.peak_mib = 0.0
         self.peak_top: list[dict[str, Any]] = []
         self.samples: list[tuple[float, float]] = []
@@ -347,6 +391,8 @@ class RssSampler:
         sizes = []
         commands: dict[int, list[str]] = {}
         for process in [me, *me.children(recursive=True)]:
+            if process.pid in self.exclude:
+                continue
             try:
                 rss = process.memory_info().rss / 2**20
                 command = process.cmdline()
@@ -506,9 +552,18 @@ class BenchAirflow(LocalAirflow):
     """LocalAirflow with the bench's task processes and a REST client for (un)pausing."""
 
     parallelism: int | None = None
+    # The Kafka tables' connection (id, bootstrap servers), set as AIRFLOW_CONN_<ID>.
+    kafka: tuple[str, str] | None = None
 
     def environment(self) -> dict[str, str]:
         env = super().environment()
+        if self.kafka is not None:
+            conn_id, servers = self.kafka
+            extra = {"bootstrap.servers": servers}
+            env[f"AIRFLOW_CONN_{conn_id.upper()}"] = json.dumps(
+                {"conn_type": "kafka", "extra": extra}
+            )
+            env.pop("CDC_KAFKA_BOOTSTRAP_SERVERS", None)  # the connection's, not this shell's
         if self.parallelism is not None:  # task processes, each with a task queued behind it
             env["AIRFLOW__CDC__TASK_PROCESSES"] = str(self.parallelism)
             env["AIRFLOW__CORE__PARALLELISM"] = str(2 * self.parallelism)
@@ -603,10 +658,12 @@ def warm_server(
 
 
 def warm_up(
-    spec: CycleSpec, mode: Mode, local: BenchAirflow, config: Path, hour: datetime, folder: Path
+    spec: CycleSpec, mode: Mode, local: BenchAirflow, hour: datetime, folder: Path
 ) -> float | None:
     """Connect mode with `spec.warm`: warm the launcher's server (`warm_server`) on other change
-    sets of the same tables; its seconds, or None when the cycle runs on a cold server."""
+    sets of the same tables, landed as files whatever the cycle's source (the steps after
+    staging are the same code; a Kafka table's read is not warmed); its seconds, or None when
+    the cycle runs on a cold server."""
     if mode != "connect" or not spec.warm:
         return None
     print(f"bench-cycle [{mode}]: warming the Connect server", flush=True)
@@ -615,6 +672,11 @@ def warm_up(
         raise BenchCycleError(
             "bench-cycle: connect mode, but the launcher started no Connect server"
         )
+    folder.mkdir(parents=True, exist_ok=True)
+    config = folder / "tables.yaml"
+    config.write_text(
+        yaml.safe_dump({"tables": [t.config_row(CONN_ID, spec.schedule) for t in tables]})
+    )
     return warm_server(local.connect_server.url, config, tables, hour, folder)
 
 
@@ -631,36 +693,101 @@ def cycle_tasks(
     return tasks, executes
 
 
-def run_mode(spec: CycleSpec, mode: Mode, workdir: Path) -> dict[str, Any]:
-    """One cycle of `spec.tables` tables in `mode`; its figures and check results."""
-    workdir = workdir.resolve()  # Airflow's home and SQLite URL need absolute paths
+def run_label(mode: Mode, source: Source) -> str:
+    """How the output and the report name a run: the mode, `kafka <mode>` for Kafka tables."""
+    return mode if source == "files" else f"kafka {mode}"
+
+
+def write_config(
+    spec: CycleSpec, source: Source, tables: list[BenchTable], config: Path, run: str
+) -> None:
+    """The run's config table: every table reading files, or its own topic of run `run`."""
+    if source == "files":
+        rows = [t.config_row(CONN_ID, spec.schedule) for t in tables]
+    else:
+        rows = [
+            t.kafka_config_row(CONN_ID, spec.schedule, t.topic(run), spec.kafka_conn_id)
+            for t in tables
+        ]
+    config.write_text(yaml.safe_dump({"tables": rows}))
+
+
+def feed(
+    tables: list[BenchTable], landing: Path, hour: datetime, broker: KafkaBroker | None, run: str
+) -> None:
+    """Land each change set as a file in the hour's folder, or (a broker) send it to the
+    table's topic of run `run`."""
+    for table in tables:
+        if broker is None:
+            write_landing(table, landing, hour)
+        else:
+            broker.produce(table.topic(run), table.messages())
+
+
+def make_topics(broker: KafkaBroker, tables: list[BenchTable], run: str, partitions: int) -> None:
+    """Each table's topic of run `run`, with `partitions` partitions."""
+    for table in tables:
+        broker.create_topic(table.topic(run), partitions)
+
+
+def kafka_broker_of(source: Source, broker: KafkaBroker | None) -> KafkaBroker | None:
+    """The broker a run of `source` feeds (None: files); a Kafka run needs one."""
+    if source == "files":
+        return None
+    if broker is None:
+        raise BenchCycleError("bench-cycle: Kafka tables, but no broker was started")
+    return broker
+
+
+def prepare(
+    spec: CycleSpec, mode: Mode, source: Source, workdir: Path, broker: KafkaBroker | None
+) -> tuple[BenchAirflow, list[BenchTable]]:
+    """A new `workdir` with the run's config table (and topics), and its Airflow (not started);
+    the tables without their rows (those depend on the hour the scheduler will run)."""
+    run = f"{source}-{mode}"
     shutil.rmtree(workdir, ignore_errors=True)
     workdir.mkdir(parents=True)
-    landing, warehouse, config = workdir / "landing", workdir / "warehouse", workdir / "tables.yaml"
+    names = [BenchTable.without_rows(i) for i in range(spec.tables)]
+    write_config(spec, source, names, workdir / "tables.yaml", run)
+    if broker is not None:
+        make_topics(broker, names, run, spec.kafka_partitions)
+    local = BenchAirflow(
+        workdir / "airflow_home",
+        workdir / "tables.yaml",
+        workdir / "landing",
+        workdir / "warehouse",
+        # None: LocalAirflow starts a Spark Connect server (a child: its RSS is counted).
+        spark_connection=None if mode == "connect" else LOCAL_SPARK,
+        log_dir=workdir / "logs",
+        parallelism=spec.parallelism,
+        kafka=(spec.kafka_conn_id, broker.bootstrap_servers) if broker else None,
+    )
+    return local, names
+
+
+def run_mode(
+    spec: CycleSpec,
+    mode: Mode,
+    workdir: Path,
+    source: Source = "files",
+    broker: KafkaBroker | None = None,
+) -> dict[str, Any]:
+    """One cycle of `spec.tables` tables in `mode` reading `source` (kafka: from `broker`); its
+    figures and check results."""
+    label, run = run_label(mode, source), f"{source}-{mode}"
+    workdir = workdir.resolve()  # Airflow's home and SQLite URL need absolute paths
     load_before = load_now()
     setup_started = time.monotonic()
-    with RssSampler() as rss:
-        # The config rows depend on the kinds only; the rows come once the hour is known.
-        names = [BenchTable.without_rows(i) for i in range(spec.tables)]
-        config.write_text(
-            yaml.safe_dump({"tables": [t.config_row(CONN_ID, spec.schedule) for t in names]})
-        )
-        local = BenchAirflow(
-            workdir / "airflow_home",
-            config.resolve(),
-            landing.resolve(),
-            warehouse.resolve(),
-            # None: LocalAirflow starts a Spark Connect server (a child: its RSS is counted).
-            spark_connection=None if mode == "connect" else LOCAL_SPARK,
-            log_dir=workdir / "logs",
-            parallelism=spec.parallelism,
-        )
+    broker = kafka_broker_of(source, broker)
+    with RssSampler(exclude=frozenset({broker.pid} if broker and broker.pid else ())) as rss:
+        local, names = prepare(spec, mode, source, workdir, broker)
+        landing, warehouse = workdir / "landing", workdir / "warehouse"
         db = MetadataDB(local.home / "airflow.db")
         dag_ids = [t.dag_id for t in names]
         # The warm-up pass (about 2 s a table) comes between reading the hour and unpausing.
         warm_margin = 3.0 * spec.tables if mode == "connect" and spec.warm else 0.0
         wait_clear_of_hour_boundary(120 + warm_margin, every=spec.every)
-        print(f"bench-cycle [{mode}]: starting Airflow on {local.url}", flush=True)
+        print(f"bench-cycle [{label}]: starting Airflow on {local.url}", flush=True)
         local.migrate()
         try:
             local.start_services()
@@ -668,13 +795,13 @@ def run_mode(spec: CycleSpec, mode: Mode, workdir: Path) -> dict[str, Any]:
             hour = wait_for_dags(local, dag_ids)
             # The change sets are written for the hour the scheduler will run, now known.
             tables = [generate_table(i, spec.changes, hour, spec.seed) for i in range(spec.tables)]
-            for table in tables:
-                write_landing(table, landing, hour)
-            warm_up_seconds = warm_up(spec, mode, local, config, hour, workdir / "warm-up")
+            feed(tables, landing, hour, broker, run)
+            warm_up_seconds = warm_up(spec, mode, local, hour, workdir / "warm-up")
             setup_seconds = time.monotonic() - setup_started
             print(
-                f"bench-cycle [{mode}]: {spec.tables} tables x {spec.changes} changes landed in "
-                f"the hour folder of [{hour.isoformat()}, +{spec.every}m); unpausing every DAG",
+                f"bench-cycle [{label}]: {spec.tables} tables x {spec.changes} changes "
+                f"{'sent to their topics' if broker else 'landed in the hour folder'} of "
+                f"[{hour.isoformat()}, +{spec.every}m); unpausing every DAG",
                 flush=True,
             )
             unpause_all(local, db, dag_ids)
@@ -683,7 +810,7 @@ def run_mode(spec: CycleSpec, mode: Mode, workdir: Path) -> dict[str, Any]:
                 dag_ids,
                 1,
                 select=lambda run: run.interval_start == hour,
-                label=f"bench-cycle [{mode}]",
+                label=f"bench-cycle [{label}]",
                 timeout=spec.timeout,
                 every=spec.progress_every,
                 on_poll=hour_guard(local, db, dag_ids, hour, spec.every),
@@ -692,12 +819,12 @@ def run_mode(spec: CycleSpec, mode: Mode, workdir: Path) -> dict[str, Any]:
             other_runs = [r for r in db.runs(dag_ids) if r.interval_start != hour]
         finally:
             local.stop()
-    load_after = load_now()
     figures, gantt = cycle_figures(tasks, runs, spec.tables)
     problems = [p for p in (check_table(t, warehouse) for t in tables) if p]
-    failed = sorted(r.dag_id for r in runs if r.state != "success")
     return {
         "mode": mode,
+        "source": source,
+        "label": label,
         "tables": spec.tables,
         "changes_per_table": spec.changes,
         "kinds": {k: sum(1 for t in tables if t.kind == k) for k in KINDS},
@@ -708,7 +835,7 @@ def run_mode(spec: CycleSpec, mode: Mode, workdir: Path) -> dict[str, Any]:
         "server": "cold" if warm_up_seconds is None else "warm",
         "warm_up_seconds": None if warm_up_seconds is None else _round(warm_up_seconds),
         "runs_succeeded": sum(1 for r in runs if r.state == "success"),
-        "runs_failed": failed,
+        "runs_failed": sorted(r.dag_id for r in runs if r.state != "success"),
         "other_runs": len(other_runs),
         "tasks": summarize_tasks(tasks, executes),
         "execute_time_source": "task logs: end of Pre Execute to the 'CDC summary' line "
@@ -716,7 +843,7 @@ def run_mode(spec: CycleSpec, mode: Mode, workdir: Path) -> dict[str, Any]:
         "peak_rss_mib": round(rss.peak_mib),
         "peak_rss_top": rss.peak_top,
         "load_before": load_before,
-        "load_after": load_after,
+        "load_after": load_now(),
         "tables_checked": len(tables),
         "tables_exact": len(tables) - len(problems),
         "check_problems": problems,
@@ -824,7 +951,7 @@ def plot_gantt(results: list[dict[str, Any]], path: Path) -> None:
         axis.set_ylabel(f"{len(rows)} tables")
         load = result["load_before"]["load1"]
         axis.set_title(
-            f"{result['mode']}: {result['tables']} tables x {result['changes_per_table']} changes, "
+            f"{_label(result)}: {result['tables']} tables x {result['changes_per_table']} changes, "
             f"cycle {result['cycle_seconds']:.0f} s ({result['per_table_run_seconds']:.1f} s per "
             f"table-run), parallelism {result['parallelism']}, peak RSS "
             f"{result['peak_rss_mib']} MiB, load {load:.1f} before",
@@ -861,13 +988,38 @@ def run_bench_cycle(spec: CycleSpec) -> dict[str, Any]:
     started = datetime.now(UTC)
     results: list[dict[str, Any]] = []
     document: dict[str, Any] = {}
-    for mode in spec.modes:
-        results.append(run_mode(spec, mode, spec.output / "work" / mode))
-        _print_result(results[-1])
-        # Written after every mode: a long run stopped in its second mode keeps the first.
-        document = write_results(spec, started, results)
+    broker = None
+    try:
+        if "kafka" in spec.sources:
+            broker = start_kafka(spec.output / "work" / "kafka-broker")
+        for mode in spec.modes:
+            for source in spec.sources:  # a mode's sources one after the other: same load
+                workdir = spec.output / "work" / (mode if source == "files" else f"kafka-{mode}")
+                results.append(run_mode(spec, mode, workdir, source, broker))
+                _print_result(results[-1])
+                # Written after every run: a long bench stopped in its second run keeps the first.
+                document = write_results(spec, started, results)
+    finally:
+        if broker is not None:
+            broker.stop()
     print(f"bench-cycle: results in {spec.output}/latest.json and latest.png", flush=True)
     return document
+
+
+def start_kafka(root: Path) -> KafkaBroker:
+    """The bench's one Kafka broker (KRaft, .tools/kafka) on free ports, under `root`."""
+    from cdc_tools.kafka_broker import available
+
+    if (reason := available()) is not None:
+        raise BenchCycleError(f"--source kafka: the Kafka broker cannot run: {reason}")
+    shutil.rmtree(root, ignore_errors=True)
+    broker = start_broker(root)
+    print(
+        f"bench-cycle: Kafka broker (pid {broker.pid}) on {broker.bootstrap_servers}, "
+        f"started in {broker.started_in:.1f} s",
+        flush=True,
+    )
+    return broker
 
 
 def write_results(
@@ -880,16 +1032,60 @@ def write_results(
         "spec": {**asdict(spec), "output": str(spec.output)},
         "modes": results,
     }
-    by_mode = {r["mode"]: r for r in results}
-    if {"connect", "spark-submit"} <= by_mode.keys():
-        document["speedup_per_table_run"] = _round(
-            by_mode["spark-submit"]["per_table_run_seconds"]
-            / by_mode["connect"]["per_table_run_seconds"]
+    document |= speedups(results)
+    if comparison := kafka_vs_files(results):
+        document["kafka_vs_files"] = comparison
+    for key, value in speedups(results).items():
+        print(f"bench-cycle: {key}: Connect is {value}x faster per table-run")
+    for mode, pair in comparison.items():
+        print(
+            f"bench-cycle [{mode}]: cycle of {spec.tables} tables: files "
+            f"{pair['files_cycle_seconds']} s, kafka {pair['kafka_cycle_seconds']} s "
+            f"(kafka/files {pair['kafka_over_files_cycle']}); kafka within files' time: "
+            f"{pair['kafka_within_files_time']}",
+            flush=True,
         )
-        print(f"bench-cycle: Connect is {document['speedup_per_table_run']}x faster per table-run")
     (spec.output / "latest.json").write_text(json.dumps(document, indent=2, default=str) + "\n")
     plot_gantt(results, spec.output / "latest.png")
     return document
+
+
+def speedups(results: list[dict[str, Any]]) -> dict[str, float]:
+    """spark-submit over Connect seconds per table-run, per source that ran in both modes:
+    `speedup_per_table_run` (files, the key of the bench before Kafka tables) and
+    `speedup_per_table_run_kafka`."""
+    found = {}
+    for source in ("files", "kafka"):
+        by_mode = {r["mode"]: r for r in results if r.get("source", "files") == source}
+        if {"connect", "spark-submit"} <= by_mode.keys():
+            key = "speedup_per_table_run" + ("" if source == "files" else "_kafka")
+            found[key] = _round(
+                by_mode["spark-submit"]["per_table_run_seconds"]
+                / by_mode["connect"]["per_table_run_seconds"]
+            )
+    return found
+
+
+def kafka_vs_files(results: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """Per mode where both sources ran: both cycles' figures side by side, kafka over files,
+    and whether the Kafka tables' cycle took no longer than the file tables' (issue 54)."""
+    comparison = {}
+    for mode in dict.fromkeys(r["mode"] for r in results):
+        pair = {r.get("source", "files"): r for r in results if r["mode"] == mode}
+        if {"files", "kafka"} <= pair.keys():
+            files, kafka = pair["files"], pair["kafka"]
+            comparison[mode] = {
+                "tables": files["tables"],
+                "files_cycle_seconds": files["cycle_seconds"],
+                "kafka_cycle_seconds": kafka["cycle_seconds"],
+                "files_per_table_run_seconds": files["per_table_run_seconds"],
+                "kafka_per_table_run_seconds": kafka["per_table_run_seconds"],
+                "kafka_over_files_cycle": _round(kafka["cycle_seconds"] / files["cycle_seconds"]),
+                "kafka_within_files_time": kafka["cycle_seconds"] <= files["cycle_seconds"],
+                "both_exact": files["tables_exact"] == files["tables_checked"]
+                and kafka["tables_exact"] == kafka["tables_checked"],
+            }
+    return comparison
 
 
 def _print_result(result: dict[str, Any]) -> None:
@@ -897,7 +1093,7 @@ def _print_result(result: dict[str, Any]) -> None:
         f"{task} {v['median_s']} s" for task, v in result["tasks"].items() if v["median_s"]
     )
     print(
-        f"bench-cycle [{result['mode']}]: {result['tables']} tables, cycle "
+        f"bench-cycle [{_label(result)}]: {result['tables']} tables, cycle "
         f"{result['cycle_seconds']} s = {result['per_table_run_seconds']} s per table-run; "
         f"median task wall times: {tasks}; peak RSS {result['peak_rss_mib']} MiB; "
         f"{result['tables_exact']}/{result['tables_checked']} tables exact; "
@@ -905,15 +1101,19 @@ def _print_result(result: dict[str, Any]) -> None:
         flush=True,
     )
     for problem in result["check_problems"][:10]:
-        print(f"bench-cycle [{result['mode']}]: MISMATCH {problem}", flush=True)
+        print(f"bench-cycle [{_label(result)}]: MISMATCH {problem}", flush=True)
+
+
+def _label(result: dict[str, Any]) -> str:
+    return str(result.get("label", result["mode"]))
 
 
 def failed(document: dict[str, Any]) -> list[str]:
     """One line per failed run or inexact table over every mode (empty: the cycle passed)."""
     lines = []
     for result in document["modes"]:
-        lines += [f"{result['mode']}: run of {d} failed" for d in result["runs_failed"]]
-        lines += [f"{result['mode']}: {p}" for p in result["check_problems"]]
+        lines += [f"{_label(result)}: run of {d} failed" for d in result["runs_failed"]]
+        lines += [f"{_label(result)}: {p}" for p in result["check_problems"]]
     return lines
 
 
@@ -924,6 +1124,7 @@ __all__ = [
     "check_table",
     "expected_rows",
     "generate_table",
+    "kafka_vs_files",
     "run_bench_cycle",
     "write_landing",
 ]

@@ -123,7 +123,8 @@ def _add_bench_cycle_command(commands: Any) -> None:
     """`cdc bench-cycle` with its options."""
     cycle = commands.add_parser(
         "bench-cycle",
-        help="N tables through one scheduling cycle of a real Airflow, Connect vs spark-submit",
+        help="N tables through one scheduling cycle of a real Airflow, Connect vs spark-submit, "
+        "reading landed files or Kafka topics",
     )
     cycle.add_argument(
         "--config", type=Path, default=argparse.SUPPRESS, help="unused: the bench writes its own"
@@ -132,6 +133,16 @@ def _add_bench_cycle_command(commands: Any) -> None:
     cycle.add_argument("--changes", type=int, default=None, help="changes per table (300)")
     cycle.add_argument(
         "--mode", choices=["connect", "spark-submit", "both"], default="both", help="(both)"
+    )
+    cycle.add_argument(
+        "--source",
+        choices=["files", "kafka", "both"],
+        default="files",
+        help="the tables read landed files, a Kafka topic each (a broker the bench starts), or "
+        "both: per mode one after the other, side by side in the report (files)",
+    )
+    cycle.add_argument(
+        "--kafka-conn-id", default=None, help="the Kafka tables' connection (kafka_default)"
     )
     cycle.add_argument(
         "--parallelism",
@@ -353,6 +364,8 @@ def run_bench_cycle_command(namespace: argparse.Namespace) -> int:
             ("every", namespace.every),
             ("warm", False if namespace.cold else None),
             ("auto_cdc", True if namespace.auto_cdc else None),
+            ("sources", ("files", "kafka") if namespace.source == "both" else (namespace.source,)),
+            ("kafka_conn_id", namespace.kafka_conn_id),
         )
         if value is not None
     }

@@ -122,7 +122,7 @@ def tables(count: int, changes: int) -> str:
 
 def cycle_mode(result: dict[str, Any]) -> str:
     """The modes, the server (warm or cold, when recorded) and a schedule other than hourly."""
-    words = [", ".join(mode["mode"] for mode in result["modes"])]
+    words = [", ".join(mode.get("label", mode["mode"]) for mode in result["modes"])]
     server = result["modes"][0].get("server")
     if server:
         words.append(f"{server} server")
@@ -138,7 +138,8 @@ def cycle_figures(result: dict[str, Any]) -> str:
     parts = []
     for mode in result["modes"]:
         tasks = mode["tasks"]
-        named = f"{mode['mode']}: " if len(result["modes"]) > 1 else ""
+        # `label`: `kafka connect` for Kafka tables (bench-cycle --source), else the mode.
+        named = f"{mode.get('label', mode['mode'])}: " if len(result["modes"]) > 1 else ""
         parts.append(
             f"{named}{tables(mode['tables'], mode['changes_per_table'])}, "
             f"cycle {seconds(mode['cycle_seconds'])} "

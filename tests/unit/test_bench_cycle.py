@@ -21,6 +21,7 @@ from cdc_airflow.runs import (
     progress_line,
     wait_for_dag_runs,
 )
+from cdc_pipeline.config import load_table_configs
 from cdc_tools.bench_cycle import (
     BenchTable,
     CycleSpec,
@@ -30,8 +31,11 @@ from cdc_tools.bench_cycle import (
     expected_rows,
     generate_table,
     hour_guard,
+    kafka_vs_files,
+    speedups,
     summarize_tasks,
     task_log,
+    write_config,
     write_landing,
 )
 
@@ -294,3 +298,103 @@ def test_the_hour_guard_pauses_finished_dags_only_near_the_next_due_run() -> Non
     assert fake.paused == ["a"]
     guard([runs[0], RunRow("b", "r2", "scheduled", "failed", HOUR, None, None)])
     assert fake.paused == ["a", "b"]
+
+
+def test_kafka_config_rows_read_a_topic_each_and_pass_the_config_check(tmp_path: Path) -> None:
+    tables = [BenchTable.without_rows(i) for i in range(3)]  # one of each kind
+    config = tmp_path / "tables.yaml"
+    spec = CycleSpec(tables=3, sources=("kafka",), kafka_conn_id="kafka_bench", every=15)
+    write_config(spec, "kafka", tables, config, "kafka-connect")
+    result = load_table_configs(config)
+    assert result.problems == []
+    for table in tables:
+        row = result.tables[table.name]
+        assert (row.source, row.topic, row.kafka_conn_id, row.change_format) == (
+            "kafka",
+            f"cdc_bc.kafka-connect.{table.name}",
+            "kafka_bench",
+            "flat",
+        )
+        # Everything else as the file table's row: the same DAG, the same final table.
+        files_row = table.config_row("spark_default", spec.schedule)
+        kafka_row = table.kafka_config_row(
+            "spark_default", spec.schedule, table.topic("kafka-connect"), "kafka_bench"
+        )
+        assert {k: v for k, v in files_row.items() if k != "file_format"} == {
+            k: v for k, v in kafka_row.items() if k in files_row
+        }
+    write_config(spec, "files", tables, config, "files-connect")
+    files = load_table_configs(config)
+    assert files.problems == []
+    assert {t.source for t in files.tables.values()} == {"files"}
+
+
+def test_kafka_messages_are_the_change_set_as_flat_json_keyed_by_id() -> None:
+    for index in range(3):  # one of each kind
+        table = generate_table(index, 40, HOUR, seed=4)
+        messages = table.messages()
+        assert [key for key, _ in messages] == [str(r["ID"]) for r in table.rows]
+        values = [json.loads(value) for _, value in messages]
+        if table.kind != "insert_only":
+            assert values == list(table.rows)  # key-only deletes stay key-only
+            continue
+        # Timestamps as naive UTC text, as the landed CSV holds them.
+        assert values == [
+            {**r, "TS": r["TS"].replace(tzinfo=None).strftime("%Y-%m-%d %H:%M:%S")}
+            for r in table.rows
+        ]
+        assert values[0]["TS"].startswith("2024-01-01 05:")
+
+
+def test_a_bench_of_both_sources_reports_them_side_by_side_per_mode() -> None:
+    def result(mode: str, source: str, cycle: float, exact: int = 4) -> dict:
+        return {
+            "mode": mode,
+            "source": source,
+            "tables": 4,
+            "cycle_seconds": cycle,
+            "per_table_run_seconds": cycle / 4,
+            "tables_checked": 4,
+            "tables_exact": exact,
+        }
+
+    results = [
+        result("connect", "files", 40.0),
+        result("connect", "kafka", 30.0),
+        result("spark-submit", "files", 80.0),
+        result("spark-submit", "kafka", 100.0, exact=3),
+    ]
+    comparison = kafka_vs_files(results)
+    assert comparison["connect"] == {
+        "tables": 4,
+        "files_cycle_seconds": 40.0,
+        "kafka_cycle_seconds": 30.0,
+        "files_per_table_run_seconds": 10.0,
+        "kafka_per_table_run_seconds": 7.5,
+        "kafka_over_files_cycle": 0.75,
+        "kafka_within_files_time": True,
+        "both_exact": True,
+    }
+    assert comparison["spark-submit"]["kafka_over_files_cycle"] == 1.25
+    assert comparison["spark-submit"]["kafka_within_files_time"] is False
+    assert comparison["spark-submit"]["both_exact"] is False
+    assert speedups(results) == {"speedup_per_table_run": 2.0, "speedup_per_table_run_kafka": 3.33}
+    # One source only: no comparison; a result without `source` (older reports) is files.
+    files_only = [{k: v for k, v in r.items() if k != "source"} for r in results[::2]]
+    assert kafka_vs_files(files_only) == {}
+    assert speedups(files_only) == {"speedup_per_table_run": 2.0}
+
+
+def test_cycle_spec_rejects_a_source_it_does_not_know() -> None:
+    for spec, text in (
+        (CycleSpec(sources=()), "--source must be files, kafka or both, not ()"),
+        (CycleSpec(sources=("s3",)), "--source must be files, kafka or both, not ('s3',)"),  # type: ignore[arg-type]
+        (CycleSpec(sources=("kafka",), kafka_partitions=0), "Kafka topics need a partition"),
+    ):
+        try:
+            spec.validate()
+        except ValueError as error:
+            assert str(error).startswith(text)
+        else:
+            raise AssertionError(f"{spec} was accepted")
+    CycleSpec(sources=("files", "kafka")).validate()
