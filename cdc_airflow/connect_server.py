@@ -245,6 +245,7 @@ def server_command(
 
 def start(
     port: int | None = None,
+    *,
     master: str = "local[2]",
     conf: Mapping[str, str] | None = None,
     log_path: Path | None = None,
@@ -321,7 +322,7 @@ def main(argv: list[str] | None = None) -> int:
         command, env = server_command(args.port, args.master, extra, args.host)
         sys.stdout.flush()
         os.execve(command[0], command, env)
-    server = start(args.port, args.master, extra, host=args.host)
+    server = start(args.port, master=args.master, conf=extra, host=args.host)
     print(f"Spark Connect server on {server.url} (pid {server.pid}, log {server.log_path})")
     print("Ctrl-C stops it.", flush=True)
 

@@ -135,14 +135,14 @@ class LocalAirflow:
         """The spark_default connection: the given one, else the local Connect server's."""
         return self.spark_connection or connect_connection(self.connect_port)
 
-    def start_spark(self, wait: bool = True) -> None:
+    def start_spark(self, *, wait: bool = True) -> None:
         """In Connect mode, start the local Spark Connect server (once); with `wait`, return once
         it answers (else `wait_for_spark` later: the JVM starts while other work goes on)."""
         if self.spark_connection is None and self.connect_server is None:
             logs = self.log_dir or self.home / "logs"
             self.connect_server = start_connect_server(
                 self.connect_port,
-                self.connect_master,
+                master=self.connect_master,
                 log_path=logs / "spark-connect.log",
                 wait=False,
             )
@@ -311,7 +311,7 @@ class LocalAirflow:
         )
         self.processes.append(process)
 
-    def start_services(self, wait: bool = True, scheduler: bool = True) -> None:
+    def start_services(self, *, wait: bool = True, scheduler: bool = True) -> None:
         """The Spark Connect server (Connect mode), api-server (tasks report to its execution
         API), scheduler and dag-processor; with `wait`, return once Spark and the API answer.
 
@@ -349,7 +349,7 @@ class LocalAirflow:
             print(f"the execution API did not answer its health check: {error}", file=sys.stderr)
 
     def wait_for_dags(
-        self, dag_ids: Collection[str], timeout: float = 180, with_next_run: bool = False
+        self, dag_ids: Collection[str], timeout: float = 180, *, with_next_run: bool = False
     ) -> dict[str, datetime | None]:
         """Wait until the dag-processor has serialized every DAG in `dag_ids` (it parses the DAG
         folder when it starts), and with `with_next_run` until each has its next scheduled run;

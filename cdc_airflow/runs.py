@@ -158,6 +158,7 @@ def wait_for_dag_runs(
     db: MetadataDB,
     dag_ids: Collection[str],
     per_dag: int,
+    *,
     select: Callable[[RunRow], bool],
     label: str,
     timeout: float,

@@ -425,6 +425,7 @@ def _int(value: Any) -> int | None:
 def run_point(
     run_id: str,
     state: str,
+    *,
     interval: tuple[datetime | None, datetime | None],
     times: tuple[datetime | None, datetime | None],
     xcoms: Mapping[str, Any],
@@ -492,10 +493,12 @@ def recent_runs(dag_ids: Collection[str], limit: int = RECENT_RUNS) -> dict[str,
             run_point(
                 r.run_id,
                 str(r.state),
-                (r.data_interval_start, r.data_interval_end),
-                times,
-                values.get(r.id, {}),
-                [(t, errors.get((r.id, t))) for t in sorted(failed.get((r.dag_id, r.run_id), []))],
+                interval=(r.data_interval_start, r.data_interval_end),
+                times=times,
+                xcoms=values.get(r.id, {}),
+                failures=[
+                    (t, errors.get((r.id, t))) for t in sorted(failed.get((r.dag_id, r.run_id), []))
+                ],
                 started=times[0] or r.started,
             )
         )
@@ -633,6 +636,7 @@ def table_status(
     runs: Sequence[RunPoint],
     now: datetime | None = None,
     paths: TablePaths | None = None,
+    *,
     paused: bool = False,
 ) -> TableStatus:
     """The view's row of one table from its recent runs (oldest start first) and Delta logs."""
@@ -656,7 +660,7 @@ def table_status(
         freshness = freshness_of(table, last_end, now)
     problems: list[str] = []
     return TableStatus(
-        health=_health(table, paths, data, unreadable, runs, paused),
+        health=_health(table, paths, data, unreadable, runs, paused=paused),
         name=table.name,
         dag_id=table.dag_id,
         freshness_limit=getattr(table, "freshness", None),
@@ -696,6 +700,7 @@ def _health(
     data: DataFreshness | None,
     unreadable: str | None,
     runs: Sequence[RunPoint],
+    *,
     paused: bool,
 ) -> Health:
     """The table's health (`cdc_pipeline.health`) with what Airflow adds: the last finished
@@ -755,7 +760,10 @@ def _or_problem(read: Any, what: str, problems: list[str]) -> Any:
 
 
 def all_table_status(
-    readable: Collection[str] | None = None, with_airflow: bool = True, now: datetime | None = None
+    readable: Collection[str] | None = None,
+    *,
+    with_airflow: bool = True,
+    now: datetime | None = None,
 ) -> list[TableStatus]:
     """One row per valid config row whose DAG id is in `readable` (None: every row), by name.
 
@@ -770,12 +778,13 @@ def all_table_status(
     runs = recent_runs(dag_ids) if with_airflow else {}
     paused = paused_dags(dag_ids) if with_airflow else set()
     return [
-        _table_status_or_problem(t, runs.get(t.dag_id, []), now, t.dag_id in paused) for t in tables
+        _table_status_or_problem(t, runs.get(t.dag_id, []), now, paused=t.dag_id in paused)
+        for t in tables
     ]
 
 
 def _table_status_or_problem(
-    table: TableConfig, runs: Sequence[RunPoint], now: datetime | None, paused: bool
+    table: TableConfig, runs: Sequence[RunPoint], now: datetime | None, *, paused: bool
 ) -> TableStatus:
     """The table's row; when reading it fails, a row that says why (the others still show)."""
     try:

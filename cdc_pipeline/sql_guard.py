@@ -128,7 +128,7 @@ def expression_problems(
     if columns is not None:
         known |= {c.lower() for c in columns}
     for position, name in references:
-        problem = _column_problem(name, columns is not None, known, format_columns)
+        problem = _column_problem(name, known, format_columns, declared=columns is not None)
         if problem and problem not in problems:
             problems.insert(position, problem)
     return problems
@@ -217,7 +217,7 @@ def _func_name(node: Any, exp: Any) -> str:
 
 
 def _column_problem(
-    name: str, declared: bool, known: set[str], format_columns: Collection[str]
+    name: str, known: set[str], format_columns: Collection[str], *, declared: bool
 ) -> str:
     lowered = name.lower()
     if lowered.startswith(TECHNICAL_PREFIX) and lowered not in known:

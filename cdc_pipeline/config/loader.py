@@ -89,7 +89,7 @@ def check_row(row: Mapping[str, Any]) -> tuple[list[Problem], TableConfig | None
     return (problems, None) if problems else ([], table)
 
 
-def _line_of(lines: LineMap, index: int, field_name: str, from_row: bool) -> int | None:
+def _line_of(lines: LineMap, index: int, field_name: str, *, from_row: bool) -> int | None:
     """The line of a row's field: where the row sets it, else where defaults do, else the row."""
     top = field_name.split(".")[0]
     if from_row and ("tables", index, top) in lines:
@@ -146,12 +146,12 @@ def parse_config(
             continue
         label = names[index] or f"#{index + 1}"
         found, table = check_row({**defaults, **row})
-        bad = [(f, m, _line_of(marks, index, f, f in row)) for f, m in found]
+        bad = [(f, m, _line_of(marks, index, f, from_row=f in row)) for f, m in found]
         bad += [(f, m, line) for (where, f, m, line) in repeated if where == index]
         repeated_name = _repeated_name(names, index)
         if repeated_name:
-            bad.append(("name", repeated_name, _line_of(marks, index, "name", True)))
-        bad += _topic_problems(merged, index, marks, "topic" in row)
+            bad.append(("name", repeated_name, _line_of(marks, index, "name", from_row=True)))
+        bad += _topic_problems(merged, index, marks, set_here="topic" in row)
         # In file order when lines are known (sorted is stable: the rule order stays otherwise).
         for field_name, message, where in sorted(bad, key=lambda item: item[2] or 0):
             report(label, field_name, message, where)
@@ -181,11 +181,11 @@ def _topic_of(row: Any) -> tuple[Any, Any] | None:
 
 
 def _topic_problems(
-    rows: list[Any], index: int, marks: LineMap, set_here: bool
+    rows: list[Any], index: int, marks: LineMap, *, set_here: bool
 ) -> list[tuple[str, str, int | None]]:
     """The row's problem when an earlier row reads its topic, at the line of its topic."""
     shared = _shared_topic(rows, index)
-    return [("topic", shared, _line_of(marks, index, "topic", set_here))] if shared else []
+    return [("topic", shared, _line_of(marks, index, "topic", from_row=set_here))] if shared else []
 
 
 def _topic_shared_later(rows: list[Any], index: int) -> bool:

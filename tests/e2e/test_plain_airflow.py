@@ -143,8 +143,8 @@ def test_a_backfill_runs_to_the_exact_table_in_an_airflow_nobody_prepared(
         db,
         ["cdc_plain"],
         3,
-        lambda r: r.run_type == "backfill",
-        "plain airflow backfill",
+        select=lambda r: r.run_type == "backfill",
+        label="plain airflow backfill",
         timeout=900,
     )
     assert sorted(r.state for r in runs) == ["success"] * 3, runs

@@ -51,19 +51,7 @@ LONG_FUNCTIONS = {
 # LONG_FUNCTIONS: make the flag keyword-only (after `*`) or split the function, then remove the
 # entry; a new one fails the test.
 POSITIONAL_FLAGS = {
-    "cdc_airflow.connect_server.start": ("wait",),
     "cdc_airflow.executor.notice_exit_at_once._service_subprocess": ("raise_on_timeout",),
-    "cdc_airflow.local.LocalAirflow.start_services": ("wait", "scheduler"),
-    "cdc_airflow.local.LocalAirflow.start_spark": ("wait",),
-    "cdc_airflow.local.LocalAirflow.wait_for_dags": ("with_next_run",),
-    "cdc_airflow.runs.wait_for_dag_runs": ("per_table",),
-    "cdc_airflow.table_status._health": ("paused",),
-    "cdc_airflow.table_status._table_status_or_problem": ("paused",),
-    "cdc_airflow.table_status.all_table_status": ("with_airflow",),
-    "cdc_airflow.table_status.table_status": ("paused",),
-    "cdc_pipeline.config.loader._line_of": ("from_row",),
-    "cdc_pipeline.config.loader._topic_problems": ("set_here",),
-    "cdc_pipeline.sql_guard._column_problem": ("declared",),
     "cdc_tools.auto_cdc_cycle.measure": ("warm",),
     "cdc_tools.auto_cdc_cycle.run": ("warm",),
     "cdc_tools.auto_cdc_cycle.write_source": ("append",),
@@ -97,9 +85,6 @@ POSITIONAL_FLAGS = {
     "spark_jobs.vacuum.run_vacuum": ("force",),
 }
 WIDE_SIGNATURES = {
-    "cdc_airflow.connect_server.start": 7,
-    "cdc_airflow.runs.wait_for_dag_runs": 10,
-    "cdc_airflow.table_status.run_point": 7,
     "cdc_tools.bench.repeated_measure": 7,
     "cdc_tools.bench.run_case": 7,
     "cdc_tools.bench_cycle.hour_guard": 7,

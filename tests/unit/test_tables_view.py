@@ -84,9 +84,9 @@ def test_run_point_reads_the_counts_from_the_steps_xcom_as_json_or_text() -> Non
     point = run_point(
         "r1",
         "success",
-        (at(9), at(10)),
-        (datetime(2024, 3, 1, 10, 0, 5), datetime(2024, 3, 1, 10, 1, 35)),  # naive = UTC
-        {"stage": json.dumps(stage), "overwrite_final": final},
+        interval=(at(9), at(10)),
+        times=(datetime(2024, 3, 1, 10, 0, 5), datetime(2024, 3, 1, 10, 1, 35)),  # naive = UTC
+        xcoms={"stage": json.dumps(stage), "overwrite_final": final},
     )
     started = datetime(2024, 3, 1, 10, 0, 5, tzinfo=UTC)
     assert point == RunPoint(
@@ -95,10 +95,10 @@ def test_run_point_reads_the_counts_from_the_steps_xcom_as_json_or_text() -> Non
     failed = run_point(
         "r2",
         "failed",
-        (at(10), at(11)),
-        (at(11), None),
-        {"stage": "not json"},
-        [("stage", "error: stage t: schema refused")],
+        interval=(at(10), at(11)),
+        times=(at(11), None),
+        xcoms={"stage": "not json"},
+        failures=[("stage", "error: stage t: schema refused")],
     )
     assert failed == RunPoint(
         "r2",
@@ -111,7 +111,13 @@ def test_run_point_reads_the_counts_from_the_steps_xcom_as_json_or_text() -> Non
     )
     # An interval without files: the steps report a no-op, which reads and stages nothing.
     noop = {"counts": {"noop": "true", "files": 0}}
-    empty = run_point("r3", "success", (at(11), at(12)), (at(12), at(12, 1)), {"stage": noop})
+    empty = run_point(
+        "r3",
+        "success",
+        interval=(at(11), at(12)),
+        times=(at(12), at(12, 1)),
+        xcoms={"stage": noop},
+    )
     assert empty == RunPoint("r3", "success", at(11), at(12), 60.0, 0, 0, 0, 0, started=at(12))
 
 
