@@ -109,7 +109,7 @@ def later_round(table: BenchTable, changes: int, seed: int) -> BenchTable:
     return BenchTable(table.index, table.kind, tuple(rows))
 
 
-def write_source(spark: Any, table: BenchTable, path: Path, append: bool) -> None:
+def write_source(spark: Any, table: BenchTable, path: Path, *, append: bool) -> None:
     """The change set as rows of a Delta table (the flow's streaming source)."""
     columns = ["FLAG", *_typed(table)]
     data = [tuple(naive_utc(row.get(c)) for c in columns) for row in table.rows]
@@ -223,7 +223,7 @@ def combined(first: BenchTable, second: BenchTable) -> BenchTable:
     return replace(first, rows=first.rows + second.rows)
 
 
-def measure(spark: Any, count: int, changes: int, work: Path, warm: bool) -> dict[str, Any]:
+def measure(spark: Any, count: int, changes: int, work: Path, *, warm: bool) -> dict[str, Any]:
     """The warm-up (unless not `warm`), then the measured first and incremental runs of one
     pipeline of `count` flows, each checked; the seconds and the exact targets."""
     warm_up = None
@@ -266,7 +266,7 @@ def _two_runs(
     return first, incremental, exact
 
 
-def run(tables: int, changes: int, output: Path, warm: bool = True) -> dict[str, Any]:
+def run(tables: int, changes: int, output: Path, *, warm: bool = True) -> dict[str, Any]:
     """Start a Connect server with the in-memory catalog, measure (`measure`), stop it; the
     figures with the machine's load before, also written to `output`/latest.json."""
     from pyspark.sql.connect.session import SparkSession as ConnectSession
@@ -305,7 +305,7 @@ def beside_cycle(spec: CycleSpec, document: dict[str, Any]) -> dict[str, Any]:
     """`cdc bench-cycle --auto-cdc`: the cycle's tables and change sets through one pipeline of
     AUTO CDC flows, in the cycle's latest.json under `auto_cdc`."""
     print("bench-cycle [auto-cdc]: the same change sets through Spark's AUTO CDC", flush=True)
-    result = run(spec.tables, spec.changes, spec.output / "auto-cdc", spec.warm)
+    result = run(spec.tables, spec.changes, spec.output / "auto-cdc", warm=spec.warm)
     print(f"bench-cycle [auto-cdc]: {summary(result)}", flush=True)
     document["auto_cdc"] = result
     (spec.output / "latest.json").write_text(json.dumps(document, indent=2, default=str) + "\n")

@@ -574,7 +574,7 @@ class BenchAirflow(LocalAirflow):
         """The task processes the services run at once."""
         return int(self.environment()["AIRFLOW__CDC__TASK_PROCESSES"])
 
-    def set_paused(self, paused: bool, prefix: str, count: int) -> int:
+    def set_paused(self, prefix: str, count: int, *, paused: bool) -> int:
         """Pause or unpause every DAG whose id starts with `prefix` (bulk PATCH, 100 a page);
         how many DAGs the API says it matched."""
         matched = 0
@@ -813,7 +813,7 @@ def run_mode(
                 label=f"bench-cycle [{label}]",
                 timeout=spec.timeout,
                 every=spec.progress_every,
-                on_poll=hour_guard(local, db, dag_ids, hour, spec.every),
+                on_poll=hour_guard(local, db, dag_ids, hour, every=spec.every),
             )
             tasks, executes = cycle_tasks(local, db, dag_ids, runs)
             other_runs = [r for r in db.runs(dag_ids) if r.interval_start != hour]
@@ -853,7 +853,7 @@ def run_mode(
 
 def unpause_all(local: BenchAirflow, db: MetadataDB, dag_ids: list[str]) -> None:
     """Unpause every DAG at once (one bulk PATCH), then one by one any the DB still shows paused."""
-    matched = local.set_paused(False, DAG_PREFIX, len(dag_ids))
+    matched = local.set_paused(DAG_PREFIX, len(dag_ids), paused=False)
     still: list[str] = []
     for _attempt in range(2):
         deadline = time.monotonic() + 20
@@ -877,6 +877,7 @@ def hour_guard(
     db: MetadataDB,
     dag_ids: list[str],
     hour: datetime,
+    *,
     every: int = 60,
     lead: float = 45.0,
     now: Callable[[], datetime] = lambda: datetime.now(UTC),

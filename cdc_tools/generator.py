@@ -157,7 +157,13 @@ def generate_orders(
     changes = changes.filter(F.col("landing_hour") < hours)
     columns = ["FLAG", *ORDERS_COLUMNS]
     return write_landing(
-        spark, changes, columns, landing_table_dir, start, file_format, spec.files_per_hour
+        spark,
+        changes,
+        columns,
+        landing_table_dir,
+        start=start,
+        file_format=file_format,
+        files_per_hour=spec.files_per_hour,
     )
 
 
@@ -166,6 +172,7 @@ def generate_events(
     landing_table_dir: Path,
     start: datetime,
     hours: int,
+    *,
     per_hour: int,
     duplicate_pct: float = 5.0,
     seed: int = 11,
@@ -194,7 +201,15 @@ def generate_events(
     )
     events = events.unionByName(events.filter(_chance(spec, "dup", 0, duplicate_pct)))
     columns = ["FLAG", "EVENT_ID", "DEVICE_ID", "EVENT_TIME", "EVENT_TYPE"]
-    return write_landing(spark, events, columns, landing_table_dir, start, file_format, 1)
+    return write_landing(
+        spark,
+        events,
+        columns,
+        landing_table_dir,
+        start=start,
+        file_format=file_format,
+        files_per_hour=1,
+    )
 
 
 def write_landing(
@@ -202,6 +217,7 @@ def write_landing(
     rows: DataFrame,
     columns: list[str],
     table_dir: Path,
+    *,
     start: datetime,
     file_format: str,
     files_per_hour: int,

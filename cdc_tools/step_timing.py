@@ -31,7 +31,7 @@ WARM_UP_RUNS = 2
 
 
 @contextmanager
-def driver_round_trips(connect: bool) -> Iterator[list[int]]:
+def driver_round_trips(*, connect: bool) -> Iterator[list[int]]:
     """Count the requests this process sends to Spark inside the block: a classic session's
     py4j commands to its JVM, or a Connect client's RPCs (analyze, execute, config). The list
     holds the count when the block ends."""
@@ -93,7 +93,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         spec = bench.BenchSpec(rows=args.rows, changes=args.changes, output=work, repeats=1)
         base, _ = bench.build_base(spark, spec, work, args.rows)
         for n, variant in enumerate(variants * WARM_UP_RUNS + order):
-            capture_call_sites(variant == "on")
+            capture_call_sites(on=variant == "on")
             run = one_run(spark, spec, base, work / f"run-{n}", args.touched)
             if n >= WARM_UP_RUNS * len(variants):
                 runs[variant].append(run)
@@ -112,7 +112,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     return 0
 
 
-def capture_call_sites(on: bool) -> None:
+def capture_call_sites(*, on: bool) -> None:
     """Turn PySpark's per-column call-site capture on or off in this process. PySpark reads its
     static setting once and keeps it in a module global: setting that global is how the same
     JVM runs both ways."""
@@ -156,11 +156,11 @@ def one_run(spark: Any, spec: Any, base: Path, case: Path, touched: int) -> dict
     table = bench.bench_table(spec)
     context = StepContext(spark, table, TablePaths(bench.TABLE, landing, case / "own"))
     started = time.perf_counter()
-    with driver_round_trips(connect) as stage_calls:
+    with driver_round_trips(connect=connect) as stage_calls:
         run_stage(context, window)
     staged = time.perf_counter() - started
     started = time.perf_counter()
-    with driver_round_trips(connect) as overwrite_calls:
+    with driver_round_trips(connect=connect) as overwrite_calls:
         report = run_overwrite_final(context, window)
     applied = time.perf_counter() - started
     shutil.rmtree(case)

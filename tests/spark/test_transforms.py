@@ -192,7 +192,7 @@ def test_step_timing_counts_the_requests_sent_to_spark(spark) -> None:
     from spark_jobs.runtime.session import is_connect
 
     frame = spark.range(3)
-    with driver_round_trips(is_connect(spark)) as counted:
+    with driver_round_trips(connect=is_connect(spark)) as counted:
         assert frame.filter(F.col("id") > 0).columns == ["id"]
     assert counted[0] >= 1
     sent = counted[0]

@@ -285,7 +285,7 @@ def test_the_hour_guard_pauses_finished_dags_only_near_the_next_due_run() -> Non
     stall SQLite for 60 s); from `lead` seconds before it is due, each finished DAG once."""
     fake = _Pauses()
     clock = [HOUR + timedelta(hours=1, minutes=3)]
-    guard = hour_guard(fake, fake, ["a", "b"], HOUR, 60, lead=45, now=lambda: clock[0])  # type: ignore[arg-type]
+    guard = hour_guard(fake, fake, ["a", "b"], HOUR, every=60, lead=45, now=lambda: clock[0])  # type: ignore[arg-type]
     runs = [
         RunRow("a", "r1", "scheduled", "success", HOUR, None, None),
         RunRow("b", "r2", "scheduled", "running", HOUR, None, None),

@@ -52,12 +52,6 @@ LONG_FUNCTIONS = {
 # entry; a new one fails the test.
 POSITIONAL_FLAGS = {
     "cdc_airflow.executor.notice_exit_at_once._service_subprocess": ("raise_on_timeout",),
-    "cdc_tools.auto_cdc_cycle.measure": ("warm",),
-    "cdc_tools.auto_cdc_cycle.run": ("warm",),
-    "cdc_tools.auto_cdc_cycle.write_source": ("append",),
-    "cdc_tools.bench_cycle.BenchAirflow.set_paused": ("paused",),
-    "cdc_tools.step_timing.capture_call_sites": ("on",),
-    "cdc_tools.step_timing.driver_round_trips": ("connect",),
     "spark_jobs.delta.committing.commit": ("exclusive",),
     "spark_jobs.delta.committing.try_commit": ("exclusive",),
     "spark_jobs.delta.reading.read_snapshot": ("with_file_name",),
@@ -87,9 +81,6 @@ POSITIONAL_FLAGS = {
 WIDE_SIGNATURES = {
     "cdc_tools.bench.repeated_measure": 7,
     "cdc_tools.bench.run_case": 7,
-    "cdc_tools.bench_cycle.hour_guard": 7,
-    "cdc_tools.generator.generate_events": 8,
-    "cdc_tools.generator.write_landing": 7,
     "spark_jobs.delta.committing.commit": 10,
     "spark_jobs.delta.committing.try_commit": 9,
     "spark_jobs.landing.ledger.ledger_row": 9,
