@@ -432,7 +432,7 @@ def full_rebuild(
     rows = ranked.filter(F.col(FLAG) != "D").drop(FLAG)
     run_id = delta.new_run_id()
     written = delta.write_files(rows, final, snapshot.partition_columns, run_id)
-    result = delta.commit(snapshot, written, "overwrite", "full_rebuild", run_id)
+    result = delta.commit(snapshot, written, "overwrite", step="full_rebuild", run_id=run_id)
     return {"rows_written": written.rows, "final_version": result.version}
 
 
@@ -675,7 +675,7 @@ def build_base(spark: SparkSession, spec: BenchSpec, work: Path, rows: int) -> t
     snapshot = delta.load_snapshot(path)
     run_id = delta.new_run_id()
     written = delta.write_files(frame, path, snapshot.partition_columns, run_id)
-    delta.commit(snapshot, written, "append", "bench_base", run_id)
+    delta.commit(snapshot, written, "append", step="bench_base", run_id=run_id)
     return path, round(time.perf_counter() - started, 2)
 
 

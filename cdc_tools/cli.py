@@ -478,7 +478,7 @@ def dispatch(namespace: argparse.Namespace) -> int:
             code = run_both(args)
         else:
             step = step_named(namespace.command)
-            code = execute(args, step.name, load_body(step), step.needs_spark)
+            code = execute(args, step.name, load_body(step), needs_spark=step.needs_spark)
     return code
 
 

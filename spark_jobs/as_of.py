@@ -105,7 +105,9 @@ def write_output(frame: DataFrame, path: Location, table: TableConfig) -> int:
     snapshot = delta.load_snapshot(path)
     run_id = delta.new_run_id()
     written = delta.write_files(frame, path, snapshot.partition_columns, run_id)
-    result = delta.commit(snapshot, written, "overwrite", "as_of", run_id, schema=frame.schema)
+    result = delta.commit(
+        snapshot, written, "overwrite", step="as_of", run_id=run_id, schema=frame.schema
+    )
     return result.version
 
 

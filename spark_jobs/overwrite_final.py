@@ -148,7 +148,7 @@ def verdict_counts(winners: DataFrame, has_absent: bool | None = None) -> list[C
     ]
 
 
-def observed_verdict(winners: DataFrame, has_absent: bool) -> tuple[DataFrame, Observation]:
+def observed_verdict(winners: DataFrame, *, has_absent: bool) -> tuple[DataFrame, Observation]:
     """`winners` observed: the counts `Plan.verdict` reads, gathered as the write reads them."""
     observation = new_observation(winners.sparkSession, f"cdc_verdict_{uuid.uuid4().hex}")
     return winners.observe(observation, *verdict_counts(winners, has_absent)), observation
@@ -173,6 +173,7 @@ def as_changes(
 def plan_rewrite(
     context: StepContext,
     changes: DataFrame,
+    *,
     changed: ChangedKeys,
     final: delta.Snapshot,
     tombstones: delta.Snapshot,
@@ -201,7 +202,7 @@ def plan_rewrite(
     # them: cheap insurance against rows doubled by a writer that is not this step, such as an
     # OPTIMIZE racing an overwrite that was not exclusive.
     heal = attempt > 1
-    small_keys = with_broadcast_hint(changed.frame, changed.broadcast)
+    small_keys = with_broadcast_hint(changed.frame, broadcast=changed.broadcast)
     remembered, tombstone_columns, remembered_files = _remembered(
         context, tombstones, changed, small_keys
     )
@@ -212,7 +213,9 @@ def plan_rewrite(
     if one_task:
         candidates = candidates.coalesce(1)
     filled, winners, observation = _ranked(table, candidates, changes, change_columns)
-    output = _routed_output(table, winners, final_rows, small_keys, change_columns, heal, one_task)
+    output = _routed_output(
+        table, winners, final_rows, small_keys, change_columns, heal=heal, one_task=one_task
+    )
     if moved and cut is not None and cut.rows is not None:
         # Remembered (keys null) so later runs drop changes ordered before it.
         output = output.unionByName(
@@ -280,7 +283,7 @@ def _ranked(
         )
     ranking = ranking_sql.ranking(columns, keys, table.sequence_by, MARKS, RANK, TIEBREAK)
     latest = candidates.selectExpr("*", *ranking).where(f"{quoted(RANK)} = 1").drop(RANK)
-    return (filled, *observed_verdict(latest, has_absent))
+    return (filled, *observed_verdict(latest, has_absent=has_absent))
 
 
 def _touched_rows(
@@ -288,6 +291,7 @@ def _touched_rows(
     changed: ChangedKeys,
     final: delta.Snapshot,
     attempt: int,
+    *,
     whole: bool = False,
 ) -> tuple[set[Any] | None, DataFrame, list[delta.DataFile] | None]:
     """The touched partitions (None: unpartitioned), final's rows the rewrite reads, and the
@@ -329,16 +333,25 @@ def _candidates(
     # union, without the projection a union by name adds (and the driver analyses again).
     return (
         changes.selectExpr(
-            *ranking_sql.names(change_columns), *ranking_sql.flags(False, True, marks)
+            *ranking_sql.names(change_columns),
+            *ranking_sql.flags(marks, remembered=False, from_change=True),
         )
         .union(
             as_changes(
-                current, change_columns, "U", ranking_sql.flags(False, False, marks), present[0]
+                current,
+                change_columns,
+                "U",
+                ranking_sql.flags(marks, remembered=False, from_change=False),
+                present[0],
             )
         )
         .union(
             as_changes(
-                remembered, change_columns, "D", ranking_sql.flags(True, False, marks), present[1]
+                remembered,
+                change_columns,
+                "D",
+                ranking_sql.flags(marks, remembered=True, from_change=False),
+                present[1],
             )
         )
     )
@@ -350,6 +363,7 @@ def _routed_output(
     final_rows: DataFrame,
     small_keys: DataFrame,
     change_columns: list[str],
+    *,
     heal: bool,
     one_task: bool = False,
 ) -> DataFrame:
@@ -393,9 +407,9 @@ def apply_changes(
     counts = report.result
     broadcast = count(counts.changes) <= BROADCAST_CHANGES_MAX
     if count(counts.changes) <= LOCAL_KEYS_MAX:
-        changed = changed_keys_on_driver(context, changes, broadcast)
+        changed = changed_keys_on_driver(context, changes, broadcast=broadcast)
     else:
-        changed = changed_keys_in_spark(context, changes, broadcast)
+        changed = changed_keys_in_spark(context, changes, broadcast=broadcast)
     routes = {
         "final": (paths.final, partition_by, final_schema(staging_schema).fieldNames()),
         "tombstones": (paths.tombstones, [], tombstone_schema(staging_schema, table).fieldNames()),
@@ -432,7 +446,13 @@ class _Rewrite:
 
     def _plan(self, final: delta.Snapshot, tombstones: delta.Snapshot, attempt: int) -> Plan:
         plan = plan_rewrite(
-            self.context, self.changes, self.changed, final, tombstones, attempt, self.cut
+            self.context,
+            self.changes,
+            changed=self.changed,
+            final=final,
+            tombstones=tombstones,
+            attempt=attempt,
+            cut=self.cut,
         )
         self.filled = plan.filled  # the last attempt's: what history logs
         return plan
@@ -458,7 +478,7 @@ class _Rewrite:
         if new_tombstones.actions:
             # Before final, so a delete is never applied without being remembered.
             remembered = delta.try_commit(
-                tombstones, new_tombstones, "append", "tombstones", run_id
+                tombstones, new_tombstones, "append", step="tombstones", run_id=run_id
             )
             if remembered is None:
                 new_final.delete()
@@ -501,13 +521,19 @@ def _commit_final(
             final,
             new_final,
             "overwrite",
-            "overwrite_final",
-            run_id,
-            partition_filters(table, plan.touched),
+            step="overwrite_final",
+            run_id=run_id,
+            partition_filters=partition_filters(table, plan.touched),
             exclusive=True,
         )
     return delta.try_commit(
-        final, new_final, "append", "overwrite_final", run_id, exclusive=True, removed=plan.replaced
+        final,
+        new_final,
+        "append",
+        step="overwrite_final",
+        run_id=run_id,
+        exclusive=True,
+        removed=plan.replaced,
     )
 
 

@@ -69,7 +69,9 @@ def run_reset_staging(context: StepContext) -> StepReport[ResetCounts]:
         run_id = delta.new_run_id()
         written = delta.write_files(rows, paths.staging, [BATCH], run_id)
         delta.inject_fault("reset_staging:before_commit")
-        result = delta.try_commit(staging, written, "overwrite", "reset_staging", run_id)
+        result = delta.try_commit(
+            staging, written, "overwrite", step="reset_staging", run_id=run_id
+        )
         if result is None:
             return None
         report.result.reset(staging.num_records, written.rows, result.version)

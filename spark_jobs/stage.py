@@ -56,7 +56,16 @@ def _stage_attempt(context: StepContext, interval: Interval) -> StepReport[Stage
     quarantine = delta.load_snapshot(paths.quarantine)
     now, run_id = datetime.now(UTC), delta.new_run_id()
     ledger_rows = [
-        landing.ledger_row(f, f.batch, f.file, 0, 0, entry.refused, now, run_id)
+        landing.ledger_row(
+            f,
+            f.batch,
+            f.file,
+            staged=0,
+            quarantined=0,
+            refused=entry.refused,
+            now=now,
+            run_id=run_id,
+        )
         for f, entry in plan.files.touched
     ]
     if not plan.pending and not plan.refusals:

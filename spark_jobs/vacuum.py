@@ -21,7 +21,7 @@ SAFE_RETENTION_HOURS = VACUUM_SAFE_HOURS  # one number: the config check says th
 
 
 def run_vacuum(
-    context: StepContext, retention_hours: int | None, force: bool
+    context: StepContext, retention_hours: int | None, *, force: bool
 ) -> StepReport[VacuumCounts]:
     """Vacuum every Delta table of the table, and abandoned temporary write folders."""
     table, paths = context.table, context.paths
@@ -77,7 +77,7 @@ def remove_abandoned_writes(table_path: Location, hours: int) -> int:
 
 def vacuum_step(context: StepContext, args: StepArgs) -> StepReport[VacuumCounts]:
     """`cdc vacuum` body."""
-    return run_vacuum(context, args.retention_hours, args.force)
+    return run_vacuum(context, args.retention_hours, force=args.force)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

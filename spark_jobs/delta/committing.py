@@ -13,7 +13,7 @@ import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar
 
 import pyarrow as pa
 from deltalake import CommitProperties, Schema, write_deltalake
@@ -57,6 +57,11 @@ def new_run_id() -> str:
     return f"{datetime.now(UTC):%Y%m%dT%H%M%S}-{uuid.uuid4().hex[:12]}"
 
 
+# delta-rs' write modes: "append" adds the files; "overwrite" also removes every file of the
+# snapshot that matches the commit's `partition_filters` (all files when None).
+CommitMode = Literal["append", "overwrite"]
+
+
 @dataclass(frozen=True)
 class CommitResult:
     """The version a commit produced and whether other data commits slipped in before it."""
@@ -68,7 +73,8 @@ class CommitResult:
 def commit(
     snapshot: Snapshot,
     written: WrittenFiles,
-    mode: str,
+    mode: CommitMode,
+    *,
     step: str,
     run_id: str,
     partition_filters: list[tuple[str, str, Any]] | None = None,
@@ -79,10 +85,9 @@ def commit(
 ) -> CommitResult:
     """Commit the written files from `snapshot`'s version in one atomic delta-rs commit.
 
-    mode "append" adds the files; mode "overwrite" also removes every file of the snapshot
-    that matches `partition_filters` (all files when None), and may change the table's schema
-    to `schema`. Raises CommitFailedError when a concurrent commit conflicts; the caller
-    deletes its files and retries from a new snapshot.
+    `mode`: see CommitMode; an overwrite may also change the table's schema to `schema`.
+    Raises CommitFailedError when a concurrent commit conflicts; the caller deletes its files
+    and retries from a new snapshot.
 
     `removed`: files of the snapshot the commit also removes (mode "append" only: a rewrite of
     some files, their rows replaced by the written ones).
@@ -178,7 +183,8 @@ def _commit_info(path: Location, version: int) -> dict[str, Any] | None:
 def try_commit(
     snapshot: Snapshot,
     written: WrittenFiles,
-    mode: str,
+    mode: CommitMode,
+    *,
     step: str,
     run_id: str,
     partition_filters: list[tuple[str, str, Any]] | None = None,
@@ -193,9 +199,9 @@ def try_commit(
             snapshot,
             written,
             mode,
-            step,
-            run_id,
-            partition_filters,
+            step=step,
+            run_id=run_id,
+            partition_filters=partition_filters,
             exclusive=exclusive,
             removed=removed,
             app_transactions=app_transactions,
@@ -254,7 +260,7 @@ def append_with_retries(
             return 0, snapshot.version
         if fault_point is not None:
             inject_fault(fault_point)
-        result = try_commit(snapshot, written, "append", step, run_id)
+        result = try_commit(snapshot, written, "append", step=step, run_id=run_id)
         return None if result is None else (written.rows, result.version)
 
     return with_retries(str(path), attempt)
@@ -271,7 +277,12 @@ def remove_duplicate_rows(spark: SparkSession, path: Location, step: str) -> int
         run_id = new_run_id()
         written = write_files(rows.distinct(), path, snapshot.partition_columns, run_id)
         result = try_commit(
-            snapshot, written, "overwrite", f"{step}_deduplicate", run_id, exclusive=True
+            snapshot,
+            written,
+            "overwrite",
+            step=f"{step}_deduplicate",
+            run_id=run_id,
+            exclusive=True,
         )
         return None if result is None or result.interfering_versions else result.version
 

@@ -115,8 +115,8 @@ def _rewrite_widened(
             snapshot,
             written,
             "overwrite",
-            "evolve_schema",
-            run_id,
+            step="evolve_schema",
+            run_id=run_id,
             schema=new_schema,
             exclusive=True,
         )

@@ -188,6 +188,7 @@ def read_snapshot(
     snapshot: Snapshot,
     partitions: Iterable[Any] | None = None,
     columns: Sequence[str] | None = None,
+    *,
     with_file_name: bool = False,
     files: Sequence[DataFile] | None = None,
 ) -> DataFrame:

@@ -162,6 +162,7 @@ def _adopt_files(
     table_path: Location,
     partition_depth: int,
     run_id: str,
+    *,
     keep_dirs: bool = True,
     columns: Sequence[str] | None = None,
 ) -> WrittenFiles:

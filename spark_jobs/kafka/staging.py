@@ -190,8 +190,8 @@ def _commit_staging(
         current,
         written,
         "append",
-        "stage",
-        run_id,
+        step="stage",
+        run_id=run_id,
         exclusive=True,
         app_transactions=transactions,
     )
@@ -234,7 +234,15 @@ def _range_row(
 ) -> dict[str, Any]:
     """The ledger row of one range: its messages as the size; no mtime or hash."""
     row = landing.ledger_row(
-        None, batch, offset_range.file, staged, quarantined, None, now, run_id, newest
+        None,
+        batch,
+        offset_range.file,
+        staged=staged,
+        quarantined=quarantined,
+        refused=None,
+        now=now,
+        run_id=run_id,
+        newest_change=newest,
     )
     row["size"] = offset_range.messages
     return row

@@ -430,6 +430,7 @@ def ledger_row(
     landing_file: LandingFile | None,
     batch: str,
     file: str,
+    *,
     staged: int,
     quarantined: int,
     refused: str | None,

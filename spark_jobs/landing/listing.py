@@ -161,7 +161,7 @@ def _list_files(
 
 
 def listing_interval(
-    interval: Interval, window: timedelta, whole_extracts: bool = False
+    interval: Interval, window: timedelta, *, whole_extracts: bool = False
 ) -> Interval:
     """The hours a stage run over `interval` lists: every hour folder that starts in
     [end - window, end), and the interval's own hours when it is longer than the window.

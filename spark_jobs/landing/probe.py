@@ -166,12 +166,12 @@ def plan_parquet(
         for column, spark_type in schema.items():
             found.setdefault(column, set()).add(spark_type)
     plan.groups = list(groups.values())
-    plan.column_types = _read_types(found, declared is not None)
+    plan.column_types = _read_types(found, declared=declared is not None)
     plan.nanos = {c for c, types in found.items() if any(t.endswith(NANOS) for t in types)}
     return plan
 
 
-def _read_types(found: dict[str, set[str]], declared: bool) -> dict[str, str]:
+def _read_types(found: dict[str, set[str]], *, declared: bool) -> dict[str, str]:
     """The type each column is read as, from the types the accepted files give it."""
     column_types = {}
     for column, types in found.items():

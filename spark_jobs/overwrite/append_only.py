@@ -45,7 +45,7 @@ def append_inserts(
         if not written.actions:
             return attempt
         delta.inject_fault("overwrite_final:before_commit")
-        result = delta.try_commit(final, written, "append", "append_inserts", run_id)
+        result = delta.try_commit(final, written, "append", step="append_inserts", run_id=run_id)
         if result is None:
             return None
         report.result.final_version = result.version
@@ -78,9 +78,9 @@ def remove_duplicate_events(context: StepContext, partitions: set[Any] | None) -
             final,
             written,
             "overwrite",
-            "deduplicate",
-            run_id,
-            partition_filters(table, partitions),
+            step="deduplicate",
+            run_id=run_id,
+            partition_filters=partition_filters(table, partitions),
             exclusive=True,
         )
         return None if result is None else result.version

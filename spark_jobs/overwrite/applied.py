@@ -68,7 +68,7 @@ def applied_idents(paths: TablePaths) -> set[tuple[str, str]]:
     return {(r["batch"], r["file"]) for r in rows}
 
 
-def pending_files(paths: TablePaths, whole_extracts: bool = False) -> Pending:
+def pending_files(paths: TablePaths, *, whole_extracts: bool = False) -> Pending:
     """Staged file versions not applied yet (read the ledger before staging's snapshot: staging
     is committed before the ledger, so every version listed here has its rows there).
 

@@ -222,7 +222,7 @@ def append_to_log(
         written = delta.write_files(fresh, paths.history_log, [BUCKET], run_id)
         if not written.actions:
             return 0, set()
-        if delta.try_commit(log, written, "append", "history_log", run_id) is None:
+        if delta.try_commit(log, written, "append", step="history_log", run_id=run_id) is None:
             return None
         # A concurrent run may have appended the same changes: harmless, a change seen
         # twice folds into the version it opens.
@@ -260,7 +260,7 @@ def holds_exactly(
 
 
 def recut(
-    context: StepContext, buckets: set[Any] | None, unless_held: bool = False
+    context: StepContext, buckets: set[Any] | None, *, unless_held: bool = False
 ) -> tuple[int, int, bool]:
     """Replace the history of the given buckets (None: all) by the versions cut from the log.
 
@@ -288,9 +288,9 @@ def recut(
             history,
             written,
             "overwrite",
-            "history",
-            run_id,
-            _bucket_filters(buckets),
+            step="history",
+            run_id=run_id,
+            partition_filters=_bucket_filters(buckets),
             exclusive=True,
         )
         return None if result is None else (written.rows, result.version, True)
@@ -303,6 +303,7 @@ def update_history(
     changes: DataFrame,
     final_rows: DataFrame | None,
     report: StepReport[OverwriteCounts],
+    *,
     recut_all: bool = False,
 ) -> None:
     """Log the interval's changes and recut the history of the buckets they touch.

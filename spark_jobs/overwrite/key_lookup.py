@@ -24,7 +24,7 @@ from spark_jobs.rules.transforms import FLAG, persisted, unpersist_quietly
 from spark_jobs.runtime.context import StepContext
 
 
-@dataclass
+@dataclass(frozen=True, kw_only=True)
 class ChangedKeys:
     """The interval's changed keys and what the changes say about where they live."""
 
@@ -49,7 +49,7 @@ class ChangedKeys:
 
 
 def files_holding_keys(
-    context: StepContext, final: delta.Snapshot, changed: ChangedKeys, everywhere: bool = False
+    context: StepContext, final: delta.Snapshot, changed: ChangedKeys, *, everywhere: bool = False
 ) -> list[delta.DataFile]:
     """The files of final that hold at least one of the changed keys: the files a rewrite must
     replace (every other file keeps its rows as they are).
@@ -63,12 +63,12 @@ def files_holding_keys(
     `everywhere` (a recompute after a lost commit race) looks for every key in every file, so
     a key that some other writer left in two partitions is found in both and healed.
     """
-    column = context.table.partition_column
+    column, broadcast = context.table.partition_column, changed.broadcast
     files = list(final.files)
     if not files:
         return []
     if column is None or everywhere:
-        return _holding(context, final, files, changed.frame, changed.local, changed.broadcast)[0]
+        return _holding(context, final, files, changed.frame, changed.local, broadcast=broadcast)[0]
     known = changed.partitions or set()
     inside = [f for f in files if f.partition_values.get(column) in known]
     outside = [f for f in files if f.partition_values.get(column) not in known]
@@ -76,7 +76,13 @@ def files_holding_keys(
         # Outside, only the files whose ranges can hold a looked-up key (before any is found).
         outside = files_in_key_ranges(outside, changed.lookup_local)
     held, found = _holding(
-        context, final, inside, changed.frame, changed.local, changed.broadcast, bool(outside)
+        context,
+        final,
+        inside,
+        changed.frame,
+        changed.local,
+        broadcast=broadcast,
+        want_found=bool(outside),
     )
     if not outside:
         return held
@@ -90,7 +96,7 @@ def files_holding_keys(
         rest = delta.local_frame(context.spark, rest_local, changed.key_schema or rest.schema)
     elif isinstance(found, DataFrame):
         rest = rest.join(found, on=list(context.table.keys), how="left_anti")
-    return held + _holding(context, final, outside, rest, rest_local, changed.broadcast)[0]
+    return held + _holding(context, final, outside, rest, rest_local, broadcast=broadcast)[0]
 
 
 def _holding(
@@ -99,6 +105,7 @@ def _holding(
     files: list[delta.DataFile],
     keys_df: DataFrame,
     local_keys: pa.Table | None,
+    *,
     broadcast: bool,
     want_found: bool = False,
 ) -> tuple[list[delta.DataFile], pa.Table | DataFrame | None]:
@@ -116,7 +123,7 @@ def _holding(
         return [], None
     located = delta.read_snapshot(
         context.spark, final, columns=keys, with_file_name=True, files=candidates
-    ).join(with_broadcast_hint(keys_df, broadcast), on=keys, how="left_semi")
+    ).join(with_broadcast_hint(keys_df, broadcast=broadcast), on=keys, how="left_semi")
     found: pa.Table | DataFrame | None = None
     if want_found and local_keys is not None:
         schema = final.schema or located.schema  # the log's (final has files: it has one)
@@ -194,18 +201,27 @@ def files_that_may_hold(
     return unranged + [f for f in ranged if f.name in hits]
 
 
-def with_broadcast_hint(frame: DataFrame, broadcast: bool) -> DataFrame:
+def with_broadcast_hint(frame: DataFrame, *, broadcast: bool) -> DataFrame:
     """`frame` with a broadcast hint when it is known to be small."""
     return F.broadcast(frame) if broadcast else frame
 
 
-def changed_keys_in_spark(context: StepContext, changes: DataFrame, broadcast: bool) -> ChangedKeys:
+def changed_keys_in_spark(
+    context: StepContext, changes: DataFrame, *, broadcast: bool
+) -> ChangedKeys:
     """The changed keys as cached Spark frames, for change sets above LOCAL_KEYS_MAX."""
     table = context.table
     keys, column = list(table.keys), table.partition_column
     frame = persisted(changes.select(*keys).distinct())
     if column is None:
-        return ChangedKeys(frame, None, None, frame, None, broadcast)
+        return ChangedKeys(
+            frame=frame,
+            local=None,
+            partitions=None,
+            lookup=frame,
+            lookup_local=None,
+            broadcast=broadcast,
+        )
     try:
         placed = changes if table.partition_stable else changes.filter(F.col(FLAG) != "D")
         partitions = delta.partition_values_of(placed, column) - {None}
@@ -213,15 +229,29 @@ def changed_keys_in_spark(context: StepContext, changes: DataFrame, broadcast: b
         unpersist_quietly(frame)
         raise
     if not table.partition_stable:
-        return ChangedKeys(frame, None, partitions, frame, None, broadcast)
+        return ChangedKeys(
+            frame=frame,
+            local=None,
+            partitions=partitions,
+            lookup=frame,
+            lookup_local=None,
+            broadcast=broadcast,
+        )
     # A stable key lives in the partition its inserts and updates name: only keys with a
     # delete are looked up (a key-only delete names none; a row image may be partial).
     lookup = persisted(changes.filter(F.col(FLAG) == "D").select(*keys).distinct())
-    return ChangedKeys(frame, None, partitions, lookup, None, broadcast)
+    return ChangedKeys(
+        frame=frame,
+        local=None,
+        partitions=partitions,
+        lookup=lookup,
+        lookup_local=None,
+        broadcast=broadcast,
+    )
 
 
 def changed_keys_on_driver(
-    context: StepContext, changes: DataFrame, broadcast: bool
+    context: StepContext, changes: DataFrame, *, broadcast: bool
 ) -> ChangedKeys:
     """The changed keys as Arrow, and their partitions, from one Spark job over the changes;
     for the joins, the changes' key columns.
@@ -243,16 +273,40 @@ def changed_keys_on_driver(
     schema = StructType([known[k] for k in keys])
     frame = changes.select(*keys)
     if column is None:
-        return ChangedKeys(frame, distinct, None, frame, distinct, broadcast, schema)
+        return ChangedKeys(
+            frame=frame,
+            local=distinct,
+            partitions=None,
+            lookup=frame,
+            lookup_local=distinct,
+            broadcast=broadcast,
+            key_schema=schema,
+        )
     stable = table.partition_stable
     placed = summary if stable else summary.filter(pc.not_equal(summary[FLAG], "D"))
     values = pc.unique(placed[column]).drop_null().to_pylist()
     partitions = {delta.canonical_partition_value(v) for v in values}
     if not stable:
-        return ChangedKeys(frame, distinct, partitions, frame, distinct, broadcast, schema)
+        return ChangedKeys(
+            frame=frame,
+            local=distinct,
+            partitions=partitions,
+            lookup=frame,
+            lookup_local=distinct,
+            broadcast=broadcast,
+            key_schema=schema,
+        )
     # A stable key lives in the partition its inserts and updates name: only keys with a
     # delete are looked up (a key-only delete names none; a row image may be partial).
     deleted = summary.filter(pc.equal(summary[FLAG], "D")).select(keys)
     lookup = deleted.group_by(keys).aggregate([])
     deleted_keys = changes.filter(F.col(FLAG) == "D").select(*keys)
-    return ChangedKeys(frame, distinct, partitions, deleted_keys, lookup, broadcast, schema)
+    return ChangedKeys(
+        frame=frame,
+        local=distinct,
+        partitions=partitions,
+        lookup=deleted_keys,
+        lookup_local=lookup,
+        broadcast=broadcast,
+        key_schema=schema,
+    )

@@ -18,7 +18,7 @@ def names(columns: Sequence[str]) -> list[str]:
     return [quoted(c) for c in columns]
 
 
-def flags(remembered: bool, from_change: bool, marks: tuple[str, str]) -> list[str]:
+def flags(marks: tuple[str, str], *, remembered: bool, from_change: bool) -> list[str]:
     """The two marks of a ranked row (`marks`: their column names) as constants."""
     return [f"{remembered} AS {quoted(marks[0])}", f"{from_change} AS {quoted(marks[1])}"]
 

@@ -95,7 +95,7 @@ def hash_of(columns: Sequence[str]) -> Column:
 
 
 def type_changes(
-    raw: DataFrame, table: TableConfig, column_types: dict[str, str], flag_present: bool
+    raw: DataFrame, table: TableConfig, column_types: dict[str, str], *, flag_present: bool
 ) -> DataFrame:
     """Typed change rows plus `_cdc_reason` (null for a good row) and the raw values.
 

@@ -45,7 +45,7 @@ def perform(
     return body(StepContext(spark, table, TablePaths.for_table(table.name)), args)
 
 
-def execute(args: StepArgs, prog: str, body: StepBody, needs_spark: bool = True) -> int:
+def execute(args: StepArgs, prog: str, body: StepBody, *, needs_spark: bool = True) -> int:
     """Run a step body: config, Spark, summary line; one line on stderr and non-zero on failure.
 
     The session is a Connect client with `CDC_SPARK_REMOTE`, else classic on `CDC_SPARK_MASTER`.
@@ -88,4 +88,4 @@ def run_step(module: str, argv: Sequence[str] | None = None) -> int:
     """spark-submit entry of a registered step: parse `argv` (default sys.argv), execute it."""
     step = step_named(module)
     args = parse_step_args(step, sys.argv[1:] if argv is None else argv)
-    return execute(args, step.name, load_body(step), step.needs_spark)
+    return execute(args, step.name, load_body(step), needs_spark=step.needs_spark)

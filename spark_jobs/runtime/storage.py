@@ -281,7 +281,7 @@ class S3Store:
             None if is_dir or mtime is None else int(mtime),
         )
 
-    def _listing(self, location: Location, recursive: bool) -> list[Entry]:
+    def _listing(self, location: Location, *, recursive: bool) -> list[Entry]:
         from pyarrow import fs
 
         selector = fs.FileSelector(_s3_key(location), allow_not_found=True, recursive=recursive)
@@ -289,10 +289,10 @@ class S3Store:
         return [self._entry(i) for i in infos]
 
     def list_dir(self, location: Location) -> list[Entry]:
-        return sorted(self._listing(location, False), key=lambda e: e.name)
+        return sorted(self._listing(location, recursive=False), key=lambda e: e.name)
 
     def walk(self, location: Location) -> Iterator[Entry]:
-        files = [e for e in self._listing(location, True) if not e.is_dir]
+        files = [e for e in self._listing(location, recursive=True) if not e.is_dir]
         yield from sorted(files, key=lambda e: str(e.location))
 
     def info(self, location: Location) -> Entry | None:

@@ -55,7 +55,9 @@ def _commit_staging(
     if not written.actions:
         return 0, current.version
     delta.inject_fault("stage:before_staging_commit")
-    result = delta.try_commit(current, written, "append", "stage", run_id, exclusive=True)
+    result = delta.try_commit(
+        current, written, "append", step="stage", run_id=run_id, exclusive=True
+    )
     return None if result is None else (written.rows, result.version)
 
 
@@ -129,6 +131,7 @@ def refuse_batch(
     context: StepContext,
     interval: Interval,
     read: ChangeRead,
+    *,
     flag_present: bool,
     problems: list[str],
     in_quarantine: set[tuple[str, str]],
@@ -141,7 +144,7 @@ def refuse_batch(
     spark, table, paths = context.spark, context.table, context.paths
     batch_types = {name: kind or "string" for name, kind in read.batch_types.items()}
     reason = "schema change refused: " + "; ".join(problems)
-    typed = type_changes(read.frame, table, batch_types, flag_present).withColumn(
+    typed = type_changes(read.frame, table, batch_types, flag_present=flag_present).withColumn(
         REASON, F.lit(reason)
     )
     file_key = F.concat_ws("/", F.col(BATCH), F.col(FILE))

@@ -26,24 +26,37 @@ def staged_ledger_rows(rows: StageRows, now: datetime, run_id: str) -> list[dict
             by_ident.get((r[BATCH], r[FILE])),
             r[BATCH],
             r[FILE],
-            int(r["good"]),
-            int(r["bad"]),
-            None,
-            now,
-            run_id,
-            datetime.fromisoformat(r[NEWEST]).replace(tzinfo=UTC) if r.get(NEWEST) else None,
+            staged=int(r["good"]),
+            quarantined=int(r["bad"]),
+            refused=None,
+            now=now,
+            run_id=run_id,
+            newest_change=datetime.fromisoformat(r[NEWEST]).replace(tzinfo=UTC)
+            if r.get(NEWEST)
+            else None,
         )
         for r in rows.per_file
         if (r[BATCH], r[FILE]) in by_ident
     ]
     done = {(r[BATCH], r[FILE]) for r in rows.per_file}
     ledger_rows += [
-        landing.ledger_row(f, f.batch, f.file, 0, 0, None, now, run_id)
+        landing.ledger_row(
+            f, f.batch, f.file, staged=0, quarantined=0, refused=None, now=now, run_id=run_id
+        )
         for f in plan.pending
         if f.ident not in done and f.ident not in plan.refused
     ]
     ledger_rows += [
-        landing.ledger_row(r.source, r.batch, r.file, 0, 1, r.reason, now, run_id)
+        landing.ledger_row(
+            r.source,
+            r.batch,
+            r.file,
+            staged=0,
+            quarantined=1,
+            refused=r.reason,
+            now=now,
+            run_id=run_id,
+        )
         for r in plan.refusals
     ]
     return ledger_rows

@@ -72,7 +72,9 @@ def plan_stage(context: StepContext, interval: Interval) -> StagePlan:
     refused; an extract out of order, or one with a changed or refused file, stops the run."""
     table, paths = context.table, context.paths
     is_snapshot = table.change_format == "snapshot"
-    window = landing.listing_interval(interval, table.late_arrival_window.delta, is_snapshot)
+    window = landing.listing_interval(
+        interval, table.late_arrival_window.delta, whole_extracts=is_snapshot
+    )
     listing = landing.list_landing(paths, window, table.file_format)
     ledger = landing.read_ledger(delta.arrow_table_rows(paths.ledger))
     files = landing.plan_files(listing, ledger)

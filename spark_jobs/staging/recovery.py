@@ -58,7 +58,16 @@ def settle_crashed_run(
         bad=settled.bad,
         per_file=settled.per_file,
         recorded=[
-            landing.ledger_row(None, batch, file, staged_rows, quarantined_rows, None, now, run_id)
+            landing.ledger_row(
+                None,
+                batch,
+                file,
+                staged=staged_rows,
+                quarantined=quarantined_rows,
+                refused=None,
+                now=now,
+                run_id=run_id,
+            )
             for batch, file, staged_rows, quarantined_rows in settled.recorded
         ],
     )

@@ -142,11 +142,21 @@ def type_read(
     policy = table.on_schema_change if table.columns is None else "evolve"
     schema = plan_schema(table_column_types(table, staging), read.batch_types, policy)
     if schema.refused:
-        _refuse_schema(context, interval, batches, read, raw, flag_present, schema.refused)
+        _refuse_schema(
+            context,
+            interval,
+            batches=batches,
+            read=read,
+            raw=raw,
+            flag_present=flag_present,
+            refused=schema.refused,
+        )
     column_types = schema.columns
     if table.columns is None and not staging.exists:
         _check_identity_columns(table, read.batch_types)
-    typed, per_file = _typed_rows(table, read, raw, column_types, flag_present, is_snapshot)
+    typed, per_file = _typed_rows(
+        table, read, raw, column_types, flag_present=flag_present, is_snapshot=is_snapshot
+    )
     found = _read_counts(table, interval, read, per_file)
     columns = staging_columns(table, column_types)
     release: list[Callable[[], Any]] = [typed.unpersist]
@@ -255,6 +265,7 @@ def _read_files(
 def _refuse_schema(
     context: StepContext,
     interval: Interval,
+    *,
     batches: Sequence[str],
     read: ChangeRead,
     raw: DataFrame,
@@ -269,9 +280,9 @@ def _refuse_schema(
         context,
         interval,
         read,
-        flag_present,
-        refused,
-        files_in(spark, quarantine, batches),
+        flag_present=flag_present,
+        problems=refused,
+        in_quarantine=files_in(spark, quarantine, batches),
     )
 
 
@@ -280,13 +291,14 @@ def _typed_rows(
     read: ChangeRead,
     raw: DataFrame,
     column_types: dict[str, str],
+    *,
     flag_present: bool,
     is_snapshot: bool,
 ) -> tuple[DataFrame, list[dict[str, Any]]]:
     """The typed rows (persisted; an extract's with their hashes) and each file's count of good
     and bad rows. A partition_expression Spark cannot analyse is a ConfigError."""
     try:
-        typed = type_changes(raw, table, column_types, flag_present)
+        typed = type_changes(raw, table, column_types, flag_present=flag_present)
         if is_snapshot:
             typed = extracts.with_hashes(typed, table, list(column_types))
         typed = persisted(typed)

@@ -167,13 +167,13 @@ def data_freshness(
     is_extract = table.change_format == "snapshot"
     end = now.replace(minute=0, second=0, microsecond=0) + HOUR  # the current hour is listed
     window = landing.listing_interval(
-        Interval(end - HOUR, end), table.late_arrival_window.delta, is_extract
+        Interval(end - HOUR, end), table.late_arrival_window.delta, whole_extracts=is_extract
     )
     ledger = landing.read_ledger(delta.arrow_table_rows(paths.ledger))
     listed = landing.list_landing(paths, window, table.file_format).files
     not_staged = landing.unknown_files(listed, ledger)
     outside = landing.unknown_before(paths, window.start, table.file_format, ledger)
-    pending = applied.pending_files(paths, is_extract)
+    pending = applied.pending_files(paths, whole_extracts=is_extract)
     waiting = [f.mtime_ns for f in not_staged] + [
         e.mtime_ns for e in pending.files if e.mtime_ns is not None
     ]

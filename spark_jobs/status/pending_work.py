@@ -27,7 +27,7 @@ def interval_has_work(paths: TablePaths, table: TableConfig, interval: Interval)
     if table.source == "kafka":
         return kafka_has_work(table, paths) or bool(applied.pending_files(paths).files)
     window = listing_interval(
-        interval, table.late_arrival_window.delta, table.change_format == "snapshot"
+        interval, table.late_arrival_window.delta, whole_extracts=table.change_format == "snapshot"
     )
     listing = list_landing(paths, window, table.file_format)
     if listing.links:
@@ -35,7 +35,9 @@ def interval_has_work(paths: TablePaths, table: TableConfig, interval: Interval)
     ledger = read_ledger(delta.arrow_table_rows(paths.ledger))
     if unknown_files(listing.files, ledger):
         return True
-    return bool(applied.pending_files(paths, table.change_format == "snapshot").files)
+    return bool(
+        applied.pending_files(paths, whole_extracts=table.change_format == "snapshot").files
+    )
 
 
 def files_outside_window(paths: TablePaths, table: TableConfig, interval: Interval) -> int:
@@ -46,7 +48,7 @@ def files_outside_window(paths: TablePaths, table: TableConfig, interval: Interv
     if table.source != "files":
         return 0
     window = listing_interval(
-        interval, table.late_arrival_window.delta, table.change_format == "snapshot"
+        interval, table.late_arrival_window.delta, whole_extracts=table.change_format == "snapshot"
     )
     ledger = read_ledger(delta.arrow_table_rows(paths.ledger))
     return len(unknown_before(paths, window.start, table.file_format, ledger))

@@ -59,7 +59,7 @@ def test_partition_values_from_one_partition_and_from_several(
     snapshot = delta.load_snapshot(path)
     run_id = delta.new_run_id()
     written = delta.write_files(spark.createDataFrame(rows, SCHEMA), path, PARTITIONS, run_id)
-    delta.commit(snapshot, written, "append", "test", run_id)
+    delta.commit(snapshot, written, "append", step="test", run_id=run_id)
     snapshot = delta.load_snapshot(path)
 
     def read(files: list[delta.DataFile]) -> list[tuple]:
@@ -115,7 +115,7 @@ def test_columns_parquet_wrote_plain_are_written_plain_again(spark, tmp_path: Pa
         run_id = delta.new_run_id()
         frame = spark.createDataFrame(rows, schema).coalesce(1)
         written = delta.write_files(frame, path, [], run_id, plain=plain)
-        delta.commit(snapshot, written, "overwrite", "test", run_id)
+        delta.commit(snapshot, written, "overwrite", step="test", run_id=run_id)
         snapshot = delta.load_snapshot(path)
         assert _dictionaries(path, snapshot.files) == {"ID": False, "CODE": True, "NAME": False}
     # The second write, told the plain columns, wrote the same values.
@@ -125,7 +125,7 @@ def test_columns_parquet_wrote_plain_are_written_plain_again(spark, tmp_path: Pa
     run_id = delta.new_run_id()
     frame = spark.createDataFrame(rows, schema).coalesce(1)
     written = delta.write_files(frame, path, [], run_id, plain=["CODE"])
-    delta.commit(snapshot, written, "overwrite", "test", run_id)
+    delta.commit(snapshot, written, "overwrite", step="test", run_id=run_id)
     snapshot = delta.load_snapshot(path)
     assert _dictionaries(path, snapshot.files)["CODE"] is False
     # A small file teaches nothing (parquet refuses a dictionary for a few rows of any column).
@@ -133,7 +133,7 @@ def test_columns_parquet_wrote_plain_are_written_plain_again(spark, tmp_path: Pa
     delta.ensure_table(small, schema, [])
     run_id = delta.new_run_id()
     written = delta.write_files(spark.createDataFrame(rows[:5], schema), small, [], run_id)
-    delta.commit(delta.load_snapshot(small), written, "append", "test", run_id)
+    delta.commit(delta.load_snapshot(small), written, "append", step="test", run_id=run_id)
     assert delta.plain_columns(small, delta.load_snapshot(small).files) == []
     # Nor do delta-rs's files (OPTIMIZE's): its writer keeps a dictionary until it is 1 MiB.
     other = tmp_path / "other"

@@ -102,7 +102,7 @@ def test_spark_reads_every_committed_version_as_delta_rs_does(
     run_reset_staging(ctx)
     land("d", "2024-01-01T03", "a.csv", [change("U", 4, "eu", "4.40", "03:10:00")])
     run(spark, workspace, table, "2024-01-01T03", "2024-01-01T04")
-    run_vacuum(ctx, None, False)
+    run_vacuum(ctx, None, force=False)
     # A delta-spark write on final, then one of our runs on top of it.
     spark.sql(f"OPTIMIZE delta.`{paths.final}`").collect()
     land(

@@ -729,7 +729,14 @@ def test_moved_key_lookup_reads_only_files_whose_key_range_can_hold_it(
 
     def changed(*ids: int, on_driver: bool) -> ChangedKeys:
         frame, arrow = keys(*ids), local(*ids) if on_driver else None
-        return ChangedKeys(frame, arrow, {2020}, frame, arrow, True)
+        return ChangedKeys(
+            frame=frame,
+            local=arrow,
+            partitions={2020},
+            lookup=frame,
+            lookup_local=arrow,
+            broadcast=True,
+        )
 
     # 202 moves to 2020, 103 is there, 999 is new: the files of 2021 and 2020 hold a key.
     for on_driver in (False, True):

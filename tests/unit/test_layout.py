@@ -52,43 +52,11 @@ LONG_FUNCTIONS = {
 # entry; a new one fails the test.
 POSITIONAL_FLAGS = {
     "cdc_airflow.executor.notice_exit_at_once._service_subprocess": ("raise_on_timeout",),
-    "spark_jobs.delta.committing.commit": ("exclusive",),
-    "spark_jobs.delta.committing.try_commit": ("exclusive",),
-    "spark_jobs.delta.reading.read_snapshot": ("with_file_name",),
-    "spark_jobs.delta.writing._adopt_files": ("keep_dirs",),
-    "spark_jobs.landing.listing.listing_interval": ("whole_extracts",),
-    "spark_jobs.landing.probe._read_types": ("declared",),
-    "spark_jobs.overwrite.applied.pending_files": ("whole_extracts",),
-    "spark_jobs.overwrite.history.recut": ("unless_held",),
-    "spark_jobs.overwrite.history.update_history": ("recut_all",),
-    "spark_jobs.overwrite.key_lookup._holding": ("broadcast", "want_found"),
-    "spark_jobs.overwrite.key_lookup.changed_keys_in_spark": ("broadcast",),
-    "spark_jobs.overwrite.key_lookup.changed_keys_on_driver": ("broadcast",),
-    "spark_jobs.overwrite.key_lookup.files_holding_keys": ("everywhere",),
-    "spark_jobs.overwrite.key_lookup.with_broadcast_hint": ("broadcast",),
-    "spark_jobs.overwrite.ranking_sql.flags": ("remembered", "from_change"),
-    "spark_jobs.overwrite_final._routed_output": ("heal", "one_task"),
-    "spark_jobs.overwrite_final._touched_rows": ("whole",),
-    "spark_jobs.overwrite_final.observed_verdict": ("has_absent",),
-    "spark_jobs.rules.transforms.type_changes": ("flag_present",),
-    "spark_jobs.runtime.entry.execute": ("needs_spark",),
-    "spark_jobs.runtime.storage.S3Store._listing": ("recursive",),
-    "spark_jobs.staging.commit.refuse_batch": ("flag_present",),
-    "spark_jobs.staging.rows._refuse_schema": ("flag_present",),
-    "spark_jobs.staging.rows._typed_rows": ("flag_present", "is_snapshot"),
-    "spark_jobs.vacuum.run_vacuum": ("force",),
 }
 WIDE_SIGNATURES = {
     "cdc_tools.bench.repeated_measure": 7,
     "cdc_tools.bench.run_case": 7,
-    "spark_jobs.delta.committing.commit": 10,
-    "spark_jobs.delta.committing.try_commit": 9,
-    "spark_jobs.landing.ledger.ledger_row": 9,
-    "spark_jobs.overwrite.key_lookup._holding": 7,
-    "spark_jobs.overwrite_final._routed_output": 7,
-    "spark_jobs.overwrite_final.plan_rewrite": 7,
     "spark_jobs.staging.recovery.settle_unrecorded": 10,
-    "spark_jobs.staging.rows._refuse_schema": 7,
 }
 
 
