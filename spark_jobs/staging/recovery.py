@@ -42,14 +42,14 @@ def settle_crashed_run(
     settled = settle_unrecorded(
         context,
         plan.ledger,
-        plan.pending,
-        rows.good,
-        rows.bad,
-        rows.per_file,
-        in_staging,
-        in_quarantine,
-        plan.files,
-        plan.refused,
+        pending=plan.pending,
+        good=rows.good,
+        bad=rows.bad,
+        per_file=rows.per_file,
+        in_staging=in_staging,
+        in_quarantine=in_quarantine,
+        files=plan.files,
+        refused=plan.refused,
     )
     return replace(
         rows,
@@ -120,6 +120,7 @@ class Settled:
 def settle_unrecorded(
     context: StepContext,
     ledger: dict[tuple[str, str], landing.LedgerEntry],
+    *,
     pending: list[LandingFile],
     good: DataFrame,
     bad: DataFrame,
@@ -149,8 +150,7 @@ def settle_unrecorded(
     skip_staging: set[tuple[str, str]] = set()
     skip_quarantine: set[tuple[str, str]] = set()
     recorded: set[tuple[str, str]] = set()
-    staging = delta.load_snapshot(paths.staging)
-    quarantine = delta.load_snapshot(paths.quarantine)
+    staging, quarantine = delta.load_snapshot(paths.staging), delta.load_snapshot(paths.quarantine)
     held = in_staging | in_quarantine
     for index, landing_file in enumerate(settled.pending):
         if landing_file.ident in refused:

@@ -56,7 +56,6 @@ POSITIONAL_FLAGS = {
 WIDE_SIGNATURES = {
     "cdc_tools.bench.repeated_measure": 7,
     "cdc_tools.bench.run_case": 7,
-    "spark_jobs.staging.recovery.settle_unrecorded": 10,
 }
 
 
