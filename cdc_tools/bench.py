@@ -68,6 +68,7 @@ from spark_jobs.stage import run_stage
 TABLE = "bench"
 BASE_TIME = datetime(2024, 1, 1, tzinfo=UTC)
 CHANGE_HOUR = datetime(2024, 1, 2, tzinfo=UTC)
+CHANGE_WINDOW = Interval(CHANGE_HOUR, CHANGE_HOUR.replace(hour=1))  # the hour a case stages
 METHODS = ("overwrite_final", "full_rebuild", "delta_rs_merge", "delta_spark_merge")
 
 
@@ -401,6 +402,7 @@ def repeated_measure(
     label: str,
     method: str,
     final: Path,
+    *,
     action: Callable[[], dict[str, Any]],
     fresh: Callable[[], None],
 ) -> Measure:
@@ -600,6 +602,7 @@ def run_case(
     base: Path,
     rows: int,
     fraction: float,
+    *,
     label: str,
 ) -> dict[str, Any]:
     """Stage one change set, then apply it every way to copies of the base table."""
@@ -609,31 +612,30 @@ def run_case(
     landing = case_dir / "landing"
     land_changes(spark, spec, landing, rows, touched)
     methods = [m for m in METHODS if m != "delta_spark_merge" or has_delta_spark(spark)]
-    finals = {}
-    for method in methods:
-        target = case_dir / method / TABLE / "final"
+    finals = {method: case_dir / method / TABLE / "final" for method in methods}
+    for target in finals.values():
         shutil.copytree(base, target)
-        finals[method] = target
     own = TablePaths(TABLE, landing, case_dir / "overwrite_final")
     context = StepContext(spark, table, own)
-    window = Interval(CHANGE_HOUR, CHANGE_HOUR.replace(hour=1))
-    staged, stage_seconds, stage_spark = timed_stage(context, window, f"{label}/stage")
+    staged, stage_seconds, stage_spark = timed_stage(context, CHANGE_WINDOW, f"{label}/stage")
     changes = persisted(delta.read_snapshot(spark, delta.load_snapshot(own.staging)))
     changes.count()
 
     def repeated(method: str, action: Callable[[], dict[str, Any]]) -> Measure:
+        final = finals[method]
+
         def fresh() -> None:
-            shutil.rmtree(finals[method])
-            shutil.copytree(base, finals[method])
+            shutil.rmtree(final)
+            shutil.copytree(base, final)
             if method == "overwrite_final":
                 # Back to the state before the first run: no tombstones, nothing applied.
                 shutil.rmtree(own.tombstones, ignore_errors=True)
                 shutil.rmtree(own.applied, ignore_errors=True)
 
-        return repeated_measure(spark, spec, label, method, finals[method], action, fresh)
+        return repeated_measure(spark, spec, label, method, final, action=action, fresh=fresh)
 
     actions: dict[str, Callable[[], dict[str, Any]]] = {
-        "overwrite_final": lambda: dict(run_overwrite_final(context, window).counts),
+        "overwrite_final": lambda: dict(run_overwrite_final(context, CHANGE_WINDOW).counts),
         "full_rebuild": lambda: full_rebuild(spark, table, finals["full_rebuild"], changes),
         "delta_rs_merge": lambda: delta_rs_merge(table, finals["delta_rs_merge"], changes),
         "delta_spark_merge": lambda: delta_spark_merge(
@@ -768,7 +770,7 @@ def run_bench(
         if spec.warm_up:
             warm = replace(spec, rows=spec.partitions * 50, changes=spec.partitions * 5)
             warm_base, _ = build_base(spark, warm, work, warm.rows)
-            run_case(spark, warm, work, warm_base, warm.rows, spec.fractions[0], "warm-up")
+            run_case(spark, warm, work, warm_base, warm.rows, spec.fractions[0], label="warm-up")
         bases: dict[int, tuple[Path, float]] = {}
         for size in sorted(set(spec.sizes) | {1}):
             bases[size] = build_base(spark, spec, work, spec.rows * size)
@@ -781,7 +783,9 @@ def run_bench(
                 # x1 of the size sweep is the fraction case of the same fraction: not rerun.
                 cases.append({**done[(size, fraction)], "label": label})
                 continue
-            case = run_case(spark, spec, work, bases[size][0], spec.rows * size, fraction, label)
+            case = run_case(
+                spark, spec, work, bases[size][0], spec.rows * size, fraction, label=label
+            )
             case["base_build_seconds"] = bases[size][1]
             done[(size, fraction)] = case
             cases.append(case)

@@ -60,8 +60,8 @@ def test_warm_up_runs_are_kept_apart_from_the_median(monkeypatch: pytest.MonkeyP
         "case",
         "overwrite_final",
         Path("f"),
-        dict,
-        lambda: fresh.append(1),  # type: ignore[arg-type]
+        action=dict,
+        fresh=lambda: fresh.append(1),  # type: ignore[arg-type]
     )
     assert (got.seconds, got.runs, got.warm_up_runs) == (2.0, [3.0, 1.0, 2.0], [9.0, 5.0])
     assert labels == [f"case/{n}" for n in range(5)]

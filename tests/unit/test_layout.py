@@ -53,10 +53,7 @@ LONG_FUNCTIONS = {
 POSITIONAL_FLAGS = {
     "cdc_airflow.executor.notice_exit_at_once._service_subprocess": ("raise_on_timeout",),
 }
-WIDE_SIGNATURES = {
-    "cdc_tools.bench.repeated_measure": 7,
-    "cdc_tools.bench.run_case": 7,
-}
+WIDE_SIGNATURES: dict[str, int] = {}
 
 
 def _modules() -> Iterator[tuple[str, ast.Module]]:
