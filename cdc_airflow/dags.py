@@ -39,12 +39,22 @@ from cdc_airflow.backends import (
 )
 from cdc_airflow.lineage import StepLineage, run_lineage
 from cdc_airflow.metrics import send_failure, send_step_metrics
-from cdc_airflow.operations import dag_arguments, task_arguments
+from cdc_airflow.operations import (
+    QuarantineBreach,
+    dag_arguments,
+    quarantine_breach,
+    task_arguments,
+)
 from cdc_pipeline.config import ConfigLoadResult, default_config_path, load_table_configs
 from cdc_pipeline.jvm import utf8_locale
 from cdc_pipeline.paths import spark_jars
 from cdc_pipeline.planning import DagPlan, TaskPlan, cron_of, is_due, plan_table_dag
-from cdc_pipeline.steps import ERROR_XCOM, step_named
+from cdc_pipeline.steps import (
+    ERROR_XCOM,
+    QUARANTINE_BREACH_PREFIX,
+    QUARANTINE_TASK_ID,
+    step_named,
+)
 
 log = logging.getLogger(__name__)
 
@@ -174,15 +184,33 @@ class CdcStepOperator(BaseOperator, SkipMixin):
         self.data_freshness: Any = None
         self._lineage: StepLineage | None = None  # what the run read and wrote, for OpenLineage
 
-    def execute(self, context: Context) -> dict[str, Any]:
-        if self.is_maintenance:
+    def execute(self, context: Context) -> dict[str, Any] | None:
+        breach = None
+        if step_named(self.cdc_step).fails_on_quarantine_breach:
+            breach = quarantine_breach(context, QUARANTINE_TASK_ID)
+        report = None
+        if not self.is_maintenance or self.is_due(context):
+            report = self.run_step(context)
+        elif breach is None:
             start, end = run_interval(context)
-            forced = bool(context["params"].get("force_maintenance"))
-            if not forced and not is_due(self.maintenance_schedule, start, end):
-                raise AirflowSkipException(
-                    f"{self.task_id} is not due in [{start}, {end}) (cadence {self.maintenance_schedule}); "
-                    "trigger with force_maintenance=true to run it now"
-                )
+            raise AirflowSkipException(
+                f"{self.task_id} is not due in [{start}, {end}) (cadence {self.maintenance_schedule}); "
+                "trigger with force_maintenance=true to run it now"
+            )
+        if breach is not None:
+            failure = QuarantineBreach(f"{QUARANTINE_BREACH_PREFIX}: {breach}")
+            self.record_failure(context, failure)
+            raise failure
+        return report
+
+    def is_due(self, context: Context) -> bool:
+        """A maintenance task's cadence has a boundary in the run's interval, or it is forced."""
+        start, end = run_interval(context)
+        forced = bool(context["params"].get("force_maintenance"))
+        return forced or is_due(self.maintenance_schedule, start, end)
+
+    def run_step(self, context: Context) -> dict[str, Any]:
+        """Run the step through the backend: its report (the summary line and the counts)."""
         self._backend = self.backend()
         started = time.monotonic()
         try:
@@ -260,10 +288,13 @@ class CdcStepOperator(BaseOperator, SkipMixin):
         if context["params"].get("force_maintenance"):
             return
         start, end = run_interval(context)
+        breach = quarantine_breach(context, QUARANTINE_TASK_ID) is not None
         not_due = [
             task_id
             for task_id, schedule in self.maintenance_after.items()
             if not is_due(schedule, start, end)
+            # the task that fails on a breach runs to show it (task ids are step modules)
+            and not (breach and step_named(task_id).fails_on_quarantine_breach)
         ]
         if not not_due:
             return

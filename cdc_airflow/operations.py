@@ -42,7 +42,7 @@ from cdc_pipeline.planning import (
     table_asset_name,
     table_asset_uri,
 )
-from cdc_pipeline.steps import step_named
+from cdc_pipeline.steps import QUARANTINE_BREACH_XCOM, step_named
 
 log = logging.getLogger(__name__)
 
@@ -129,6 +129,23 @@ class QuarantineLimitExceeded(AirflowFailException):
     cdc_alert_sent = True  # the quarantine alert went out already: no second task_failed alert
 
 
+class QuarantineBreach(AirflowFailException):
+    """The run's `check` task, failed because its stage went past max_quarantine_fraction with
+    quarantine_action warn: the changes were applied; the failure is the visible warning (no
+    retry: a retry would fail the same)."""
+
+    cdc_alert_sent = True  # stage sent the quarantine alert already
+
+
+def quarantine_breach(context: Any, stage_task_id: str) -> str | None:
+    """The quarantine alert `stage` kept for this run (quarantine_action warn), if any."""
+    ti = context.get("ti")
+    if ti is None:
+        return None
+    found = ti.xcom_pull(task_ids=stage_task_id, key=QUARANTINE_BREACH_XCOM)
+    return str(found) if found else None
+
+
 @dataclass(frozen=True)
 class FillRunInterval:
     """pre_execute: a run without a data interval (triggered with logical_date null) gets the
@@ -182,6 +199,8 @@ class QuarantineCheck:
                 message + ". Staged rows are not applied to final until the run is repeated "
                 "(clear the run's tasks) once the source is fixed or the rows accepted."
             )
+        # warn: the rows go on to final; the run's check task fails with this (QuarantineBreach).
+        context["ti"].xcom_push(key=QUARANTINE_BREACH_XCOM, value=message)
 
     def reasons(self, result: Any) -> list[str]:
         """This run's most frequent reasons, read from the quarantine version it committed."""

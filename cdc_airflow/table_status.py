@@ -22,7 +22,7 @@ from cdc_pipeline.config import TableConfig, load_table_configs
 from cdc_pipeline.counts import OverwriteCounts, StageCounts
 from cdc_pipeline.health import Health, table_health
 from cdc_pipeline.paths import Location, TablePaths
-from cdc_pipeline.steps import ERROR_XCOM, count_task_ids
+from cdc_pipeline.steps import ERROR_XCOM, QUARANTINE_BREACH_PREFIX, count_task_ids
 from spark_jobs.runtime.storage import arrow_files, store_for
 from spark_jobs.status.freshness import DataFreshness, data_freshness
 from spark_jobs.status.table_health import health_facts, unreadable_table
@@ -710,8 +710,16 @@ def _health(
     failed = None
     if finished and finished[-1].state == "failed":
         run = finished[-1]
-        named = [f"{task}: {reason}" if reason else task for task, reason in run.failures]
-        failed = "; ".join(named) or run.run_id
+        # A check task failed only to show a quarantine breach (quarantine_action warn): the
+        # run applied its changes, and the breach is the quarantine warning, read from staging.
+        failures = [
+            (task, reason)
+            for task, reason in run.failures
+            if not (reason or "").startswith(QUARANTINE_BREACH_PREFIX)
+        ]
+        named = [f"{task}: {reason}" if reason else task for task, reason in failures]
+        if failures or not run.failures:  # no failed task known: the run's id says which
+            failed = "; ".join(named) or run.run_id
     waiting = data is not None and bool(data.files_waiting or data.messages_waiting)
     return table_health(
         replace(facts, last_run_failed=failed, paused_with_waiting=paused and waiting)

@@ -38,6 +38,9 @@ class Step:
     reports_counts: bool = False
     # Its counts are held against max_quarantine_fraction after it runs.
     checks_quarantine: bool = False
+    # In a DAG it fails (no retry) when the run's stage went past max_quarantine_fraction with
+    # quarantine_action warn, due or not: the run ends in a visible warning state.
+    fails_on_quarantine_breach: bool = False
 
     @property
     def body(self) -> str:
@@ -100,6 +103,7 @@ STEPS: tuple[Step, ...] = (
         "tables",
         "verify the tables' invariants (every valid table when none is named)",
         maintenance=True,
+        fails_on_quarantine_breach=True,
     ),
     Step(
         "as-of",
@@ -112,6 +116,11 @@ STEPS: tuple[Step, ...] = (
 
 # The XCom key under which a failed step task keeps its one-line reason (the view reads it).
 ERROR_XCOM = "cdc_error"
+# The XCom key under which `stage` keeps the alert of a run past max_quarantine_fraction with
+# quarantine_action warn: the run's `check` task then fails with it (a visible warning state, no
+# retry) and the view counts that failure as the quarantine warning, not as a failed run.
+QUARANTINE_BREACH_XCOM = "cdc_quarantine_breach"
+QUARANTINE_BREACH_PREFIX = "quarantine limit exceeded"
 ALL_COUNTS = ("*",)
 
 
@@ -168,6 +177,8 @@ RUN = Composite(
 )
 
 _BY_NAME = {step.name: step for step in STEPS}
+# The DAG task whose counts are held against max_quarantine_fraction ("stage").
+QUARANTINE_TASK_ID = next(step.task_id for step in STEPS if step.checks_quarantine)
 _BY_MODULE = {step.module: step for step in STEPS}
 
 

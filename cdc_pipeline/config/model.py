@@ -298,8 +298,10 @@ class TableConfig(BaseModel):
     )
     quarantine_action: Literal["warn", "fail"] = Field(
         default="warn",
-        description="Past max_quarantine_fraction: warn logs and notifies, the run goes on; fail "
-        "also fails the stage task without retry, so final is not updated for the interval.",
+        description="Past max_quarantine_fraction: warn logs and notifies, the good rows reach "
+        "final and the run's check task fails without retry (the run shows failed, its changes "
+        "applied); fail also fails the stage task without retry, so final is not updated for "
+        "the interval.",
     )
 
     @model_validator(mode="before")

@@ -20,7 +20,9 @@ from typing import Any
 import pytest
 import yaml
 
+from cdc_airflow.local import connect_connection
 from cdc_pipeline.config import project_root
+from cdc_pipeline.jvm import connect_address
 from cdc_pipeline.paths import location_uri
 from tests.e2e.airflow_env import AirflowEnv
 from tests.helpers import Workspace, table_rows
@@ -28,8 +30,11 @@ from tests.helpers import Workspace, table_rows
 # Each test runs several Spark steps through Airflow: on a loaded 2-core machine, past 900 s.
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(2400)]
 
-# spark-submit locally, whatever the launcher's default connection becomes.
+# spark-submit locally, whatever the launcher's default connection becomes: the timeout test
+# stops a spark-submit, o_fail's reason is its child's line. The other tables are clients of the session's Connect server (a JVM
+# per task would cost 20-40 s each on 2 cores).
 SPARK_SUBMIT = '{"conn_type": "spark", "host": "local[2]"}'
+CONNECT_CONN_ID = "cdc_ops_connect"
 PROBE_DAG = '''
 """Downstream of the CDC table o_rest: records the asset events that triggered it."""
 import json
@@ -80,9 +85,12 @@ class OpsAirflow(AirflowEnv):
     dags_folder: Path | None = None
     probe_out: Path | None = None
     notifiers: str = "{}"
+    connect_url: str = ""
 
     def environment(self) -> dict[str, str]:
         env = super().environment()
+        host, port = connect_address(self.connect_url)
+        env[f"AIRFLOW_CONN_{CONNECT_CONN_ID.upper()}"] = connect_connection(port, host)
         env["AIRFLOW__CORE__DAGS_FOLDER"] = str(self.dags_folder)
         env["OPS_PROBE_OUT"] = str(self.probe_out)
         # Deadline callbacks may not read Variables through the execution API (Airflow 3.3):
@@ -92,13 +100,17 @@ class OpsAirflow(AirflowEnv):
 
 
 @pytest.fixture(scope="module")
-def ops(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[OpsAirflow, Workspace, Path]]:
+def ops(
+    tmp_path_factory: pytest.TempPathFactory, connect_server: Any
+) -> Iterator[tuple[OpsAirflow, Workspace, Path]]:
     root = tmp_path_factory.mktemp("ops")
     ws = Workspace(root)
+    connect = {"spark_conn_id": CONNECT_CONN_ID}
     tables = [
-        row("o_fail"),
-        row("o_quarantine", max_quarantine_fraction=0.2, quarantine_action="fail"),
-        row("o_rest", freshness="5s"),
+        row("o_fail"),  # its failure as the spark-submit child prints it
+        row("o_quarantine", max_quarantine_fraction=0.2, quarantine_action="fail", **connect),
+        row("o_qwarn", max_quarantine_fraction=0.2, quarantine_action="warn", **connect),
+        row("o_rest", freshness="5s", **connect),
         row("o_timeout", execution_timeout="3s", dagrun_timeout="1h"),
     ]
     ws.config_path.write_text(yaml.safe_dump({"tables": tables}))
@@ -118,6 +130,7 @@ def ops(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[OpsAirflow, 
         dags_folder=dags,
         probe_out=root / "probe.jsonl",
         notifiers=registry,
+        connect_url=connect_server.url,
     )
     env.migrate()
     env.airflow("variables", "set", "cdc_notifiers", registry)  # what tasks read
@@ -139,20 +152,35 @@ def alerts_of(path: Path, table: str) -> list[dict[str, Any]]:
 def view_runs(env: OpsAirflow, dag_id: str) -> list[dict[str, Any]]:
     """The runs the CDC tables view reads for a DAG (its recent_runs, as JSON)."""
     code = (
-        "import json, sys\n"
         "from cdc_airflow.table_status import _run_dict, recent_runs\n"
         f"print(json.dumps([_run_dict(r) for r in recent_runs([{dag_id!r}])[{dag_id!r}]]))\n"
     )
+    runs: list[dict[str, Any]] = _printed(env, code)
+    return runs
+
+
+def view_row(env: OpsAirflow, table: str) -> dict[str, Any]:
+    """The CDC tables view's row of a table (its health and reasons among them), as JSON."""
+    code = (
+        "from cdc_airflow.table_status import all_table_status\n"
+        f"print(json.dumps([s.as_dict() for s in all_table_status() if s.name == {table!r}]))\n"
+    )
+    (found,) = _printed(env, code)
+    return dict(found)
+
+
+def _printed(env: OpsAirflow, code: str) -> Any:
+    """The JSON a Python snippet prints last, run with this Airflow's environment."""
     result = subprocess.run(
-        [sys.executable, "-c", code],
+        [sys.executable, "-c", "import json\n" + code],
         env=env.environment(),
         capture_output=True,
         text=True,
         timeout=300,
-        check=True,
+        check=False,
     )
-    runs: list[dict[str, Any]] = json.loads(result.stdout.strip().splitlines()[-1])
-    return runs
+    assert result.returncode == 0, result.stderr[-3000:]
+    return json.loads(result.stdout.strip().splitlines()[-1])
 
 
 def test_a_failed_step_and_a_quarantine_past_its_limit_reach_the_notifier(
@@ -207,6 +235,47 @@ def test_a_failed_step_and_a_quarantine_past_its_limit_reach_the_notifier(
     assert "quarantined 2 of 3 rows (66.7%)" in quarantine["message"]
     # The stage committed its good row to staging; final waits for the operator.
     assert not (ws.paths("o_quarantine").final / "_delta_log").exists()
+
+
+def test_a_quarantine_past_its_limit_with_action_warn_applies_and_fails_the_check_task(
+    ops: tuple[OpsAirflow, Workspace, Path],
+) -> None:
+    """quarantine_action warn: the good rows reach final, and the run ends in a visible warning
+    state (its check task failed, not due or not, without retry); one alert, not two; the view
+    reads that failure as the table's quarantine warning, not as a failed run."""
+    env, ws, alerts = ops
+    ws.land(
+        "o_qwarn",
+        "2024-01-01T00",
+        "a.csv",
+        [
+            {"FLAG": "I", "ID": 1, "VALUE": 1, "TS": "2024-01-01 00:00:01"},
+            {"FLAG": "I", "ID": None, "VALUE": 2, "TS": "2024-01-01 00:00:02"},
+            {"FLAG": "I", "ID": None, "VALUE": 3, "TS": "2024-01-01 00:00:03"},
+        ],
+    )
+    env.airflow("dags", "test", "cdc_o_qwarn", "2024-01-01T01:00:00+00:00", check=False)
+    (run,) = env.runs("cdc_o_qwarn")
+    assert run["state"] == "failed"
+    states = env.task_states("cdc_o_qwarn", run["run_id"])
+    assert (states["stage"], states["overwrite_final"], states["check"]) == (
+        "success",
+        "success",
+        "failed",
+    )
+    assert table_rows(ws.paths("o_qwarn").final, ["ID", "VALUE"]) == [(1, 1)]
+    (quarantine,) = alerts_of(alerts, "o_qwarn")
+    assert (quarantine["kind"], quarantine["details"]["action"]) == ("quarantine", "warn")
+    (viewed,) = view_runs(env, "cdc_o_qwarn")
+    [check_failure] = viewed["failures"]
+    assert check_failure["task_id"] == "check"
+    assert check_failure["reason"].startswith(
+        "quarantine limit exceeded: table o_qwarn: stage quarantined 2 of 3 rows (66.7%)"
+    )
+    row = view_row(env, "o_qwarn")
+    print(f"\nthe view's health of o_qwarn: {row['health']} {row['reasons']}")
+    assert row["health"] == "warn"
+    assert row["reasons"] == ["last stage run quarantined 66.7% of its rows (limit 20.0%)"]
 
 
 def test_a_task_past_its_execution_timeout_is_stopped_with_its_spark_work(

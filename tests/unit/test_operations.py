@@ -30,11 +30,13 @@ from cdc_airflow.alerts import (
 from cdc_airflow.operations import (
     FillRunInterval,
     PublishCounts,
+    QuarantineBreach,
     QuarantineCheck,
     QuarantineLimitExceeded,
 )
 from cdc_pipeline.durations import format_duration, parse_duration
 from cdc_pipeline.manual_runs import RunInterval, latest_complete_interval, run_interval
+from cdc_pipeline.steps import QUARANTINE_BREACH_XCOM
 
 
 def at(hour: int, minute: int = 0, day: int = 1) -> datetime:
@@ -284,9 +286,15 @@ def test_quarantine_check_warns_or_fails_with_the_reasons(
 ) -> None:
     monkeypatch.setenv("CDC_WAREHOUSE", str(tmp_path / "warehouse"))
     quarantine_table(tmp_path / "warehouse" / "t" / "quarantine")
-    ti = SimpleNamespace(dag_id="cdc_t", run_id="r1", task_id="stage")
+    pushed: dict[str, Any] = {}
+    ti = SimpleNamespace(
+        dag_id="cdc_t",
+        run_id="r1",
+        task_id="stage",
+        xcom_push=lambda key, value: pushed.update({key: value}),
+    )
     QuarantineCheck("t", 0.5, "warn", ["record"])({"ti": ti}, stage_report(4, 2, 1))
-    assert records(recorded) == []  # 2/4 is not more than 0.5
+    assert records(recorded) == [] and pushed == {}  # 2/4 is not more than 0.5
     QuarantineCheck("t", 0.25, "warn", ["record"])({"ti": ti}, stage_report(4, 3, 1))
     (warned,) = records(recorded)
     assert warned["kind"] == "quarantine"
@@ -294,11 +302,15 @@ def test_quarantine_check_warns_or_fails_with_the_reasons(
         "table t: stage quarantined 3 of 4 rows (75.0%), more than max_quarantine_fraction "
         "0.25; reasons: 2 x null key; 1 x bad flag"
     )
+    # warn: the run's check task will fail with the alert (dags.CdcStepOperator.execute).
+    assert pushed == {QUARANTINE_BREACH_XCOM: warned["message"]}
+    pushed.clear()
     with pytest.raises(QuarantineLimitExceeded, match=r"quarantined 3 of 4 rows .* 2 x null key"):
         QuarantineCheck("t", 0.25, "fail", ["record"])({"ti": ti}, stage_report(4, 3, 1))
-    assert len(records(recorded)) == 2
-    # The failure callback does not announce it a second time.
+    assert len(records(recorded)) == 2 and pushed == {}
+    # The failure callback does not announce it a second time, nor the check task's failure.
     CdcNotifier("t", ["record"])({"ti": ti, "exception": QuarantineLimitExceeded("x")})
+    CdcNotifier("t", ["record"])({"ti": ti, "exception": QuarantineBreach("x")})
     assert len(records(recorded)) == 2
 
 
