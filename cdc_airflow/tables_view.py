@@ -26,6 +26,7 @@ from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse, Resp
 from fastapi.security import HTTPAuthorizationCredentials
 
 from cdc_airflow.table_status import TIME_FORMAT, Commit, RunPoint, TableStatus, all_table_status
+from spark_jobs.status.quarantine import QuarantineReport
 
 PREFIX = "/cdc-tables"
 REFRESH_SECONDS = 60
@@ -101,6 +102,32 @@ def tables_page(request: Request, user: User) -> Response:
         return RedirectResponse(target, status_code=307)
     now = utc_now()
     return HTMLResponse(render_page(visible_status(user, now), root, now))
+
+
+@app.get("/quarantine/{table}", response_class=HTMLResponse)
+def quarantine_page(request: Request, user: User, table: str) -> Response:
+    """A table's quarantine: rows per reason and hour, sample rows with their values and source
+    file. Only for a user who may read the table's DAG (404 otherwise, as for no such table)."""
+    from airflow.api_fastapi.app import get_auth_manager
+
+    from cdc_pipeline.config import load_table_configs
+    from cdc_pipeline.paths import TablePaths
+    from spark_jobs.status.quarantine import quarantine_report
+
+    root = to_root(request)
+    if user is None:
+        target = f"{root}api/v2/auth/login?next={quote(request.url.path)}"
+        return RedirectResponse(target, status_code=307)
+    config = load_table_configs().tables.get(table)
+    if config is None or not readable_dag_ids(get_auth_manager(), user, {config.dag_id}):
+        return HTMLResponse(_page("CDC quarantine", "<p>No such table you may read.</p>"), 404)
+    try:
+        report = quarantine_report(config.name, TablePaths.for_table(config.name).quarantine)
+    except Exception as error:  # a damaged table: say which, keep the page
+        text = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+        body = f'<p class="bad">quarantine of {_text(table)} unreadable: {_text(text)}</p>'
+        return HTMLResponse(_page(f"CDC quarantine: {table}", body))
+    return HTMLResponse(_page(f"CDC quarantine: {table}", render_quarantine(report, root)))
 
 
 # --- rendering -----------------------------------------------------------------------------
@@ -312,6 +339,13 @@ def _quarantine(status: TableStatus) -> str:
 REASON_CHARS = 90
 
 
+def _drill_down(status: TableStatus) -> str:
+    """The link to the table's quarantine page, when it holds rows."""
+    if not status.quarantined_rows:
+        return ""
+    return f'<a class="muted" href="quarantine/{quote(status.name)}">rows and sources</a>'
+
+
 def _reasons(status: TableStatus) -> str:
     """The most frequent reasons among the rows held (quoted values left out), long ones cut
     with the whole text as the tooltip."""
@@ -375,7 +409,7 @@ def render_row(status: TableStatus, root: str) -> str:
         f'<td class="spark-rows">{sparkline(staged)}{_latest(staged, "")}</td>',
         f'<td class="spark-seconds">{sparkline(seconds)}{_latest(seconds, " s")}</td>',
         f'<td class="quarantine">{sparkline(quarantined)}<br>{_quarantine(status)}'
-        f"{_reasons(status)}</td>",
+        f"{_reasons(status)}{_drill_down(status)}</td>",
         f'<td class="num">{_final(status)}</td>',
         f'<td class="commits">{_commits(status)}</td>',
         f'<td class="check">{_check(status)}</td>',
@@ -391,6 +425,45 @@ def _health_cell(status: TableStatus) -> str:
     reasons = "".join(f"<li>{_text(r)}</li>" for r in status.health.reasons)
     listed = f'<ul class="reasons">{reasons}</ul>' if reasons else ""
     return f'<td class="health"><span class="health {state}">{state}</span>{listed}</td>'
+
+
+def _page(title: str, body: str) -> str:
+    return (
+        f"<!doctype html><html><head><meta charset='utf-8'><title>{_text(title)}</title>"
+        f"<style>{STYLE}</style></head><body><h1>{_text(title)}</h1>{body}</body></html>"
+    )
+
+
+def render_quarantine(report: QuarantineReport, root: str) -> str:
+    """The drill-down's body: totals per reason, rows per hour and reason, sample rows (values
+    escaped, long ones cut by the report)."""
+    back = f'<p class="note"><a href="{root}cdc-tables/">all tables</a></p>'
+    if not report.total:
+        return back + "<p>Nothing quarantined.</p>"
+    reasons = "".join(
+        f"<tr><td>{_text(reason)}</td><td class='num'>{rows:,}</td></tr>"
+        for reason, rows in report.by_reason()
+    )
+    hours = "".join(
+        f"<tr><td>{_text(batch)}</td><td>{_text(reason)}</td><td class='num'>{rows:,}</td></tr>"
+        for batch, reason, rows in report.counts
+    )
+    samples = "".join(
+        f"<tr><td>{_text(s.batch)}</td><td>{_text(s.file)}</td><td class='num'>{_text(s.row)}</td>"
+        f"<td>{_text(s.reason)}</td><td><code>{_text(s.shown_values())}</code></td></tr>"
+        for s in report.samples
+    )
+    return (
+        back
+        + f'<p id="quarantine-total">{report.total:,} rows held.</p>'
+        + "<h2>By reason</h2><table id='by-reason'><thead><tr><th>reason</th><th>rows</th>"
+        + f"</tr></thead><tbody>{reasons}</tbody></table>"
+        + "<h2>By hour, newest first</h2><table id='by-hour'><thead><tr><th>hour</th>"
+        + f"<th>reason</th><th>rows</th></tr></thead><tbody>{hours}</tbody></table>"
+        + f"<h2>Sample rows of the newest {report.batches_read} hour(s)</h2>"
+        + "<table id='samples'><thead><tr><th>hour</th><th>file</th><th>_cdc_row</th>"
+        + f"<th>reason</th><th>values</th></tr></thead><tbody>{samples}</tbody></table>"
+    )
 
 
 def render_page(statuses: Sequence[TableStatus], root: str, now: datetime) -> str:

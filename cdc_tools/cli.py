@@ -53,15 +53,7 @@ def build_parser() -> argparse.ArgumentParser:
         if step.name == RUN.steps[-1]:
             add_step_arguments(commands.add_parser(RUN.name, help=RUN.help), "interval")
     _add_bench_commands(commands)
-    status = commands.add_parser(
-        "status",
-        help="per table: newest applied change, files waiting (landed, not applied), oldest waiting",
-    )
-    status.add_argument("--config", type=Path, default=argparse.SUPPRESS)
-    status.add_argument("tables", nargs="*", help="table names (default: every table)")
-    status.add_argument(
-        "--at", default=None, help="measure as of this time, ISO 8601 (default: now)"
-    )
+    _add_status_commands(commands)
     demo = commands.add_parser("demo", help="generate sample change sets and apply them")
     demo.add_argument("--config", type=Path, default=argparse.SUPPRESS)
     demo.add_argument(
@@ -77,6 +69,30 @@ def build_parser() -> argparse.ArgumentParser:
     for command in commands.choices.values():
         command.add_argument("--json", action="store_true", default=argparse.SUPPRESS, help=JSON)
     return parser
+
+
+def _add_status_commands(commands: Any) -> None:
+    """`cdc status` and `cdc quarantine`: what the tables hold and wait for, without Spark."""
+    status = commands.add_parser(
+        "status",
+        help="per table: newest applied change, files waiting (landed, not applied), oldest waiting",
+    )
+    status.add_argument("--config", type=Path, default=argparse.SUPPRESS)
+    status.add_argument("tables", nargs="*", help="table names (default: every table)")
+    status.add_argument(
+        "--at", default=None, help="measure as of this time, ISO 8601 (default: now)"
+    )
+    quarantine = commands.add_parser(
+        "quarantine",
+        help="what a table's quarantine holds: rows per hour and reason, sample rows with "
+        "their values and source file",
+    )
+    quarantine.add_argument("--config", type=Path, default=argparse.SUPPRESS)
+    quarantine.add_argument("table", help="table name")
+    quarantine.add_argument(
+        "--hours", type=int, default=24, help="newest hour folders to take samples from (24)"
+    )
+    quarantine.add_argument("--samples", type=int, default=20, help="sample rows to show (20)")
 
 
 def _add_bench_commands(commands: Any) -> None:
@@ -258,6 +274,37 @@ def run_status_command(namespace: argparse.Namespace) -> int:
     return 0
 
 
+def run_quarantine_command(namespace: argparse.Namespace) -> int:
+    """`cdc quarantine TABLE`: its quarantine's counts per reason and hour, and sample rows with
+    their values and where they came from (no Spark)."""
+    from cdc_pipeline.errors import CdcError
+    from cdc_pipeline.paths import TablePaths
+    from spark_jobs.runtime.failures import one_line
+    from spark_jobs.status.quarantine import quarantine_report
+
+    try:
+        if namespace.hours < 1 or namespace.samples < 0:
+            raise UsageError("--hours must be at least 1 and --samples at least 0")
+        table = load_table_configs(namespace.config).table(namespace.table)
+    except CdcError as error:
+        print(f"error: quarantine: {one_line(error)}", file=sys.stderr)
+        return 2
+    try:
+        report = quarantine_report(
+            table.name,
+            TablePaths.for_table(table.name).quarantine,
+            batches=namespace.hours,
+            samples=namespace.samples,
+        )
+    except (CdcError, OSError) as error:
+        print(f"error: quarantine {table.name}: {one_line(error)}", file=sys.stderr)
+        return 1
+    for line in report.lines():
+        print(line, flush=True)
+    summaries.record("quarantine", report.document())
+    return 0
+
+
 def run_demo_command(namespace: argparse.Namespace) -> int:
     """`cdc demo`."""
     from cdc_pipeline.config import default_config_path
@@ -432,7 +479,8 @@ def run_as_json(namespace: argparse.Namespace) -> int:
     """Run the command with its stdout captured; print its summary as one JSON object instead.
 
     The object always has `command`, `ok` and `exit_code`; a step adds `summary` (step, table,
-    interval, counts, line), `check` and `status` add `tables`, `validate` adds `tables` and
+    interval, counts, line), `check` and `status` add `tables`, `quarantine` adds `quarantine`
+    (its counts and samples), `validate` adds `tables` and
     `problems`, a failure adds `error` (its one line); `output` holds the lines the command
     would have printed (the rows of `as-of`, the lines of `demo` and `bench`)."""
     captured = io.StringIO()
@@ -463,6 +511,8 @@ def dispatch(namespace: argparse.Namespace) -> int:
         code = execute_check(namespace.config, namespace.tables)
     elif namespace.command == "status":
         code = run_status_command(namespace)
+    elif namespace.command == "quarantine":
+        code = run_quarantine_command(namespace)
     elif namespace.command == "demo":
         code = run_demo_command(namespace)
     elif namespace.command == "bench":

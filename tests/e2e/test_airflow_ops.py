@@ -276,6 +276,21 @@ def test_a_quarantine_past_its_limit_with_action_warn_applies_and_fails_the_chec
     print(f"\nthe view's health of o_qwarn: {row['health']} {row['reasons']}")
     assert row["health"] == "warn"
     assert row["reasons"] == ["last stage run quarantined 66.7% of its rows (limit 20.0%)"]
+    # The drill-down reads the rows this stage quarantined: values, file and row in it.
+    drill = subprocess.run(
+        [str(Path(sys.executable).parent / "cdc"), "quarantine", "o_qwarn", "--json"],
+        env=env.environment(),
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert drill.returncode == 0, drill.stderr[-3000:]
+    held = json.loads(drill.stdout.strip().splitlines()[-1])["quarantine"]
+    assert [(s["file"], s["row"], s["reason"], s["values"]["VALUE"]) for s in held["samples"]] == [
+        ("a.csv", 1, "null key column ID", "2"),
+        ("a.csv", 2, "null key column ID", "3"),
+    ]
 
 
 def test_a_task_past_its_execution_timeout_is_stopped_with_its_spark_work(

@@ -325,6 +325,53 @@ def test_the_plugin_serves_no_api_docs(client: TestClient, path: str) -> None:
     assert client.get(f"{PAGE}{path.lstrip('/')}").status_code == 404
 
 
+def test_the_quarantine_drill_down_is_linked_and_per_dag_like_the_page(
+    client: TestClient,
+) -> None:
+    """alpha's quarantine (2 rows, reason column only: an older table) behind the same login
+    and per-DAG access as the page; beta's DAG is denied, so its page is a 404 like no table."""
+    login(SimpleAuthManagerUser(username="v", role="viewer"))
+    page = client.get(f"{PAGE}").text
+    assert '<a class="muted" href="quarantine/alpha">rows and sources</a>' in page
+    drill = client.get(f"{PAGE}quarantine/alpha")
+    assert drill.status_code == 200
+    assert '<p id="quarantine-total">2 rows held.</p>' in drill.text
+    assert "<tr><td>a</td><td class='num'>1</td></tr>" in drill.text
+    assert 'href="../../cdc-tables/"' in drill.text  # back to the page, relative
+    assert client.get(f"{PAGE}quarantine/beta").status_code == 404
+    assert client.get(f"{PAGE}quarantine/nope").status_code == 404
+    view.app.dependency_overrides.clear()
+    redirected = client.get(f"{PAGE}quarantine/alpha")
+    assert redirected.status_code == 307
+    assert redirected.headers["location"].startswith("../../api/v2/auth/login?next=")
+
+
+def test_the_drill_down_shows_sources_and_escapes_the_values() -> None:
+    from spark_jobs.status.quarantine import QuarantinedRow, QuarantineReport
+
+    sample = QuarantinedRow(
+        batch="2024-03-01T09",
+        file="late.csv",
+        row=4,
+        reason="null key column ID",
+        values={"ID": None, "NAME": "<script>x</script>"},
+    )
+    report = QuarantineReport(
+        table="alpha",
+        total=1,
+        counts=[("2024-03-01T09", "null key column ID", 1)],
+        samples=[sample],
+        batches_read=1,
+    )
+    body = view.render_quarantine(report, "../../")
+    assert "<script>" not in body
+    assert (
+        "<tr><td>2024-03-01T09</td><td>late.csv</td><td class='num'>4</td>"
+        "<td>null key column ID</td><td><code>ID=null, NAME=&#x27;&lt;script&gt;x&lt;/script&gt;"
+        "&#x27;</code></td></tr>"
+    ) in body
+
+
 def test_handlers_that_read_files_and_the_db_run_in_the_thread_pool() -> None:
     # FastAPI runs a plain `def` endpoint in its thread pool: delta-rs and the metadata DB
     # never block the api-server's event loop. Only the login check (a token decode) is async.
@@ -332,6 +379,7 @@ def test_handlers_that_read_files_and_the_db_run_in_the_thread_pool() -> None:
 
     assert not inspect.iscoroutinefunction(view.tables_page)
     assert not inspect.iscoroutinefunction(view.tables_json)
+    assert not inspect.iscoroutinefunction(view.quarantine_page)
 
 
 def test_the_last_run_whatever_its_state_paused_dags_and_a_quarantine_rate_past_its_limit(
