@@ -55,10 +55,10 @@ def counted(step: str, counts: Mapping[str, Any] | None) -> list[Metric]:
 
 
 def data_lag_seconds(data: DataFreshness) -> int | None:
-    """How long the oldest change landed and not applied has waited (0: nothing waits and final
-    has applied files; None: nothing applied or waiting yet), as the CDC tables view's `behind`."""
-    if data.oldest_waiting is not None:
-        return max(0, round((data.measured_at - data.oldest_waiting).total_seconds()))
+    """How old the oldest change not applied is (its hour folder's start; 0: nothing waits and
+    final has applied files; None: nothing applied or waiting yet), as the view's `behind`."""
+    if data.oldest_change is not None:
+        return max(0, round((data.measured_at - data.oldest_change).total_seconds()))
     return 0 if data.files_applied else None
 
 

@@ -238,7 +238,8 @@ def alert_if_stale(context: Any, table: str, freshness: str, notify: Sequence[st
         return
     message = (
         f"table {table}: {data.files_waiting} file(s) landed and not applied, the oldest since "
-        f"{data.document()['oldest_waiting']} (freshness {freshness}); "
+        f"{data.document()['oldest_waiting']} holding changes from "
+        f"{data.document()['oldest_change_waiting']} on (freshness {freshness}); "
         f"{data.files_outside_window} file(s) outside the late_arrival_window: `cdc status {table}`"
     )
     send_alert(

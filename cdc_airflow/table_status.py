@@ -238,8 +238,8 @@ def data_freshness_of(
     waiting = data.waiting_hours
     behind = waiting if waiting is not None else (0.0 if data.files_applied else None)
     deadline = None
-    if limit and data.oldest_waiting is not None:
-        deadline = data.oldest_waiting + limit.delta
+    if limit and data.oldest_change is not None:
+        deadline = data.oldest_change + limit.delta
     overdue = data.files_outside_window > 0 or (
         deadline is not None and data.measured_at > deadline
     )

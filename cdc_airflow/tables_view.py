@@ -216,7 +216,8 @@ def sparkline(values: Sequence[float | None], width: int = 120, height: int = 24
 
 
 def _behind(status: TableStatus) -> tuple[str, str]:
-    """Behind, measured by the data: the oldest file landed and not applied (runs as fallback)."""
+    """Behind, measured by the data: the age of the oldest change landed and not applied (its hour
+    folder's start), and the newest change applied with its age (runs as fallback)."""
     fresh = status.freshness
     limit = f" (limit {_text(status.freshness_limit)})" if status.freshness_limit else ""
     behind = fresh.hours_behind
@@ -227,12 +228,15 @@ def _behind(status: TableStatus) -> tuple[str, str]:
         text = _kafka_behind(data, behind)
     elif data.files_waiting:
         text = f"{behind or 0:.1f} h behind: {data.files_waiting} file(s) waiting"
+        if data.oldest_change is not None:
+            text += f", changes from {data.oldest_change:%Y-%m-%d %H:%M}Z on"
     elif behind is None:
         text = "no data applied yet"
     else:
         text = "0.0 h behind: every landed file applied"
     if data is not None and data.newest_change is not None:
-        text += f"<br>newest change {data.newest_change:%Y-%m-%d %H:%M}Z"
+        age = data.newest_change_hours or 0.0
+        text += f"<br>newest change applied {data.newest_change:%Y-%m-%d %H:%M}Z ({age:.1f} h ago)"
     if data is not None and data.files_outside_window:
         text += (
             f"<br>{data.files_outside_window} file(s) outside the late-arrival window, not "

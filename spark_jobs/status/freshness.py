@@ -74,6 +74,10 @@ class DataFreshness:
     files_waiting: int  # landed in the window and not staged, or staged and not applied
     oldest_waiting: datetime | None  # landing time of the oldest of them
     files_outside_window: int  # landed before the window, never staged
+    # How old the oldest waiting change can be: the start of its file's hour folder (changes land
+    # in the folder of the hour they were captured), or its landing time when that is earlier; a
+    # Kafka table's oldest unstaged message's broker time. The lag by data is measured from it.
+    oldest_change_waiting: datetime | None = None
     # A Kafka table: messages in its topic not staged yet, its partitions, and why the broker
     # could not tell (oldest_waiting is then the oldest unstaged message's broker time).
     messages_waiting: int | None = None
@@ -85,11 +89,23 @@ class DataFreshness:
     outside_files: tuple[BacklogFile, ...] = ()
 
     @property
+    def oldest_change(self) -> datetime | None:
+        """Where the lag by data counts from: the oldest waiting change (None: nothing waits)."""
+        return self.oldest_change_waiting or self.oldest_waiting
+
+    @property
     def waiting_hours(self) -> float | None:
-        """Age of the oldest waiting file in hours (None: nothing waits)."""
-        if self.oldest_waiting is None:
+        """Age of the oldest waiting change in hours (None: nothing waits)."""
+        if self.oldest_change is None:
             return None
-        return max(0.0, (self.measured_at - self.oldest_waiting).total_seconds() / 3600)
+        return max(0.0, (self.measured_at - self.oldest_change).total_seconds() / 3600)
+
+    @property
+    def newest_change_hours(self) -> float | None:
+        """Age of the newest change applied, in hours (None: unknown)."""
+        if self.newest_change is None:
+            return None
+        return max(0.0, (self.measured_at - self.newest_change).total_seconds() / 3600)
 
     def document(self) -> dict[str, Any]:
         """As plain JSON data (`cdc status --json`, the view)."""
@@ -101,6 +117,7 @@ class DataFreshness:
             "files_applied": self.files_applied,
             "files_waiting": self.files_waiting,
             "oldest_waiting": _iso(self.oldest_waiting),
+            "oldest_change_waiting": _iso(self.oldest_change),
             "waiting_hours": None if self.waiting_hours is None else round(self.waiting_hours, 2),
             "files_outside_window": self.files_outside_window,
             **(
@@ -152,6 +169,17 @@ def _from_ns(value: int | None) -> datetime | None:
     return None if value is None else datetime.fromtimestamp(value / 1e9, UTC)
 
 
+def change_bound(batch: str, mtime_ns: int | None) -> datetime | None:
+    """The oldest a landed file's changes can be: its hour folder's start, or the time it
+    landed when that is earlier (a file written ahead into a later hour's folder)."""
+    landed = _from_ns(mtime_ns)
+    try:
+        hour = datetime.strptime(batch, "%Y-%m-%dT%H").replace(tzinfo=UTC)
+    except ValueError:
+        return landed
+    return hour if landed is None else min(hour, landed)
+
+
 def data_freshness(
     table: TableConfig,
     paths: TablePaths,
@@ -177,6 +205,10 @@ def data_freshness(
     waiting = [f.mtime_ns for f in not_staged] + [
         e.mtime_ns for e in pending.files if e.mtime_ns is not None
     ]
+    bounds = [change_bound(f.batch, f.mtime_ns) for f in not_staged] + [
+        change_bound(e.batch, e.mtime_ns) for e in pending.files
+    ]
+    changes_waiting = [b for b in bounds if b is not None]
     marks = applied.applied_rows(paths)
     landed = [int(r["landed_mtime_ns"]) for r in marks if r.get("landed_mtime_ns") is not None]
     done = {(r["batch"], r["file"]) for r in marks}
@@ -189,6 +221,7 @@ def data_freshness(
         files_applied=len({(r["batch"], r["file"]) for r in marks}),
         files_waiting=len(not_staged) + len(pending.files),
         oldest_waiting=_from_ns(min(waiting)) if waiting else None,
+        oldest_change_waiting=min(changes_waiting) if changes_waiting else None,
         files_outside_window=len(outside),
         waiting_files=backlog(table.name, not_staged, now),
         outside_files=backlog(table.name, outside, now),
@@ -221,6 +254,7 @@ def _kafka_freshness(
         files_applied=len(done),
         files_waiting=len(pending.files),
         oldest_waiting=min(oldest) if oldest else None,
+        oldest_change_waiting=min(oldest) if oldest else None,
         files_outside_window=0,
         messages_waiting=lag.messages_waiting,
         partitions=lag.partitions,

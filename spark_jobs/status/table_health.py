@@ -62,8 +62,8 @@ def health_facts(
     """What the tables say of `table` now (`data` None: its freshness could not be read)."""
     now = data.measured_at if data is not None else datetime.now(UTC)
     lag: timedelta | None = None
-    if data is not None and data.oldest_waiting is not None:
-        lag = max(timedelta(0), data.measured_at - data.oldest_waiting)
+    if data is not None and data.oldest_change is not None:
+        lag = max(timedelta(0), data.measured_at - data.oldest_change)
     fraction = None
     if unreadable is None:
         fraction = last_quarantine_fraction(delta.arrow_table_rows(paths.ledger))

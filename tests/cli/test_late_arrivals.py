@@ -231,7 +231,12 @@ def test_status_tells_freshness_by_the_data_not_by_the_runs(workspace: Workspace
     values = summary(result)
     assert values["newest_change"] == "2024-01-01T00:10:00Z"
     assert (values["files_waiting"], values["files_applied"]) == ("1", "1")
-    assert (values["oldest_waiting"], values["waiting_hours"]) == ("2024-01-01T02:00:00Z", "0.5")
+    # Landed at 02:00 in hour 00's folder: its changes may be from 00:00, 2.5 h before --at.
+    assert values["oldest_waiting"] == "2024-01-01T02:00:00Z"
+    assert (values["oldest_change_waiting"], values["waiting_hours"]) == (
+        "2024-01-01T00:00:00Z",
+        "2.5",
+    )
     assert values["files_outside_window"] == "0"
     # Three hours on, the late file's folder is outside the window: still shown, not hidden.
     later = summary(cdc(workspace, "status", "t", "--at", "2024-01-01T05:30:00Z"))

@@ -176,9 +176,12 @@ def test_table_status_combines_runs_delta_logs_and_the_check(delta_tables: Path)
     status = table_status.table_status(alpha, history(), NOW)
     assert status.last_run == history()[2]
     assert status.last_success_interval == "[2024-03-01 09:00, 2024-03-01 10:00)"
-    # Behind by the data: the oldest file landed and not applied is 1.5 h old (limit 2h).
-    assert (status.freshness.hours_behind, status.freshness.overdue) == (1.5, False)
-    assert status.freshness.deadline == at(13)
+    # Behind by the data: the oldest change not applied is from hour 09's folder, 3.5 h old,
+    # though its file landed at 11:00 (1.5 h ago): past the limit of 2h since 11:00.
+    assert (status.freshness.hours_behind, status.freshness.overdue) == (3.5, True)
+    assert status.freshness.deadline == at(11)
+    assert status.freshness.data is not None
+    assert status.freshness.data.oldest_waiting == at(11)
     assert (status.final_version, status.final_rows, status.quarantined_rows) == (1, 4, 2)
     assert status.staging_rows is None  # no staging table yet
     assert status.quarantine_growth == 2
@@ -257,7 +260,11 @@ def test_the_page_shows_only_readable_tables_with_relative_links(client: TestCli
     assert urljoin(base, "../dags/cdc_alpha") == "http://testserver/airflow/dags/cdc_alpha"
     assert 'href="../dags/cdc_alpha"' in page
     assert 'href="../dags/cdc_alpha/runs/scheduled__3"' in page
-    assert "1.5 h behind: 1 file(s) waiting (limit 2h)" in page and "1 failed" in page
+    assert (
+        "3.5 h behind: 1 file(s) waiting, changes from 2024-03-01 09:00Z on (limit 2h)<br>"
+        "past deadline 2024-03-01 11:00Z"
+    ) in page
+    assert "1 failed" in page
     assert "+2 over 3 runs, 2 held" in page  # quarantine growth and rows held
     assert "breach</span>: dup key 3" in page
     assert (
@@ -296,13 +303,13 @@ def test_a_late_table_is_red(client: TestClient, monkeypatch: pytest.MonkeyPatch
     monkeypatch.setattr(view, "utc_now", lambda: at(13, 1))
     page = client.get(f"{PAGE}").text
     row = page[page.index('id="table-alpha"') :]
-    # The file waiting since 11:00 had to be applied by 13:00 (freshness 2h).
+    # The file waiting since 11:00 holds changes of hour 09: due by 11:00 (freshness 2h).
     cells = row.split("<td", 4)
     assert cells[3].startswith(' class="late"')
-    assert "past deadline 2024-03-01 13:00Z" in row
+    assert "past deadline 2024-03-01 11:00Z" in row
     # The one health state says the same, with the reason, and so does the header.
     assert cells[1].startswith(' class="health"><span class="health error">error</span>')
-    assert "<li>2.0 h behind (error after 2.0 h)</li>" in cells[1]
+    assert "<li>4.0 h behind (error after 2.0 h)</li>" in cells[1]
     assert "tables: 1 error, " in page
 
 
