@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+import yaml
 
 from cdc_pipeline.config import TableConfig, load_table_configs, parse_config
 from cdc_pipeline.errors import ConfigError
@@ -314,3 +315,30 @@ def test_ignore_null_updates_is_for_flat_tables_with_updates() -> None:
         "table s: ignore_null_updates: only for change_format flat (snapshot rows are full "
         "extracts: a null there is a null)"
     ]
+
+
+def test_the_same_config_text_is_validated_once_per_process_and_never_shared(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A task process reads its config several times: the same text is validated once; a changed
+    file is validated again; each caller gets its own result to change."""
+    from cdc_pipeline.config import loader
+
+    calls: list[int] = []
+    real = loader.parse_config
+    monkeypatch.setattr(loader, "parse_config", lambda *a: calls.append(1) or real(*a))
+    path = tmp_path / "tables.yaml"
+    row = {
+        "name": "t",
+        "file_format": "csv",
+        "columns": {"ID": "bigint", "TS": "timestamp"},
+        "keys": ["ID"],
+        "sequence_by": ["TS"],
+    }
+    path.write_text(yaml.safe_dump({"tables": [row]}))
+    first = loader.load_table_configs(path)
+    first.tables.clear()
+    second = loader.load_table_configs(path)
+    assert list(second.tables) == ["t"] and len(calls) == 1
+    path.write_text(yaml.safe_dump({"tables": [row, {**row, "name": "u"}]}))
+    assert list(loader.load_table_configs(path).tables) == ["t", "u"] and len(calls) == 2
