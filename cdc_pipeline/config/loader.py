@@ -243,24 +243,18 @@ def load_table_configs(path: Path | str | None = None) -> ConfigLoadResult:
         return ConfigLoadResult(
             problems=[ConfigProblem("*", "(file)", f"cannot read {config_path}: {error.strerror}")]
         )
-    key = (str(config_path), str(shown), text)
-    if key not in _PARSED:
+    key = (str(config_path.resolve()), str(shown), text)
+    parsed = _PARSED.get(key)
+    if parsed is None:
+        try:
+            document, marks, duplicates = compose(text)
+        except yaml.YAMLError as error:  # not kept: its message names the path as given
+            mark = getattr(error, "problem_mark", None)
+            where = f" at line {mark.line + 1}" if mark is not None else ""
+            why = f": {error.message}" if isinstance(error, UnsafeYamlError) else ""
+            problem = f"{config_path} is not valid YAML{where}{why}"
+            return ConfigLoadResult(problems=[ConfigProblem("*", "(file)", problem)])
         if len(_PARSED) >= _PARSED_KEPT:
             _PARSED.pop(next(iter(_PARSED)))
-        _PARSED[key] = _parse_text(text, config_path, shown)
-    parsed = _PARSED[key]
+        parsed = _PARSED[key] = parse_config(document, shown, marks, duplicates)
     return ConfigLoadResult(dict(parsed.tables), list(parsed.problems))
-
-
-def _parse_text(text: str, config_path: Path, shown: Any) -> ConfigLoadResult:
-    """The config file's text validated (YAML that cannot be read: one problem)."""
-    try:
-        document, marks, duplicates = compose(text)
-    except yaml.YAMLError as error:
-        mark = getattr(error, "problem_mark", None)
-        where = f" at line {mark.line + 1}" if mark is not None else ""
-        why = f": {error.message}" if isinstance(error, UnsafeYamlError) else ""
-        return ConfigLoadResult(
-            problems=[ConfigProblem("*", "(file)", f"{config_path} is not valid YAML{where}{why}")]
-        )
-    return parse_config(document, shown, marks, duplicates)

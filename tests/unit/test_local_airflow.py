@@ -185,10 +185,16 @@ def test_the_local_deployment_runs_the_preloading_executor_and_every_preload_imp
 def test_a_task_process_builds_its_dag_with_nothing_left_to_import() -> None:
     # What a task process imports on its way to its DAG costs every task (0.15-0.2 s for
     # sqlglot's Spark dialect, which checks the partition expressions): all of it is preloaded.
+    # And the config is validated before the fork: the task's DAG parse validates nothing.
     script = """
 import os, sys
-from cdc_airflow.executor import preload
+from cdc_airflow.executor import preload, preparse_config
+from cdc_pipeline.config import loader
 assert preload() == []
+preparse_config()
+def refused(*args):
+    raise AssertionError("the config was validated again")
+loader.parse_config = refused
 before = set(sys.modules)
 from cdc_airflow.dags import build_dags
 print(list(build_dags()), sorted(set(sys.modules) - before))
