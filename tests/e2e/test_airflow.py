@@ -28,6 +28,7 @@ from cdc_pipeline.paths import ObjectPath
 from cdc_tools.demo import queue_backfill
 from spark_jobs.runtime.storage import store_for
 from tests.e2e.airflow_env import BIN, AirflowEnv, free_port
+from tests.e2e.browser import artifacts_folder, chromium
 from tests.helpers import Workspace, table_rows
 
 pytestmark = pytest.mark.slow
@@ -128,6 +129,78 @@ def test_an_interval_without_change_files_is_a_noop_without_spark(
     )
     states = no_spark.task_states("cdc_t_dagtest", run["run_id"])
     assert (states["stage"], states["overwrite_final"]) == ("success", "success")
+
+
+# Before any test starts the scheduler's services: with a dag-processor parsing the DAG file with
+# the module's local warehouse, the table's asset (named by the final table's location) would
+# switch back between its local and its bucket location under this test's `dags test` runs, and
+# a task whose outlet went inactive fails (AirflowInactiveAssetInInletOrOutletException, seen
+# in CI and in a full run here).
+def test_a_dag_runs_with_landing_and_warehouse_on_object_storage(
+    airflow: tuple[AirflowEnv, Workspace], s3_server: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """One table's DAG in Connect mode (the shared warm server) with CDC_LANDING and
+    CDC_WAREHOUSE in a bucket of a real S3 server: stage, overwrite-final, optimize and check
+    (its result file written to the bucket) run in the task process as they do on local folders.
+    Airflow has no AWS variable: endpoint, keys and region come from its connection
+    `cdc_object_store`."""
+    env, local = airflow
+    aws = s3_server.environment()
+    for name, value in aws.items():
+        monkeypatch.setenv(name, value)  # this test's own reads and writes
+    ws = Workspace(local.root, ObjectPath(s3_server.create_bucket()))
+    expected = land_hours(ws, "t_s3", 2)
+    connection = {
+        "conn_type": "aws",
+        "login": aws["AWS_ACCESS_KEY_ID"],
+        "password": aws["AWS_SECRET_ACCESS_KEY"],
+        "extra": {"endpoint_url": aws["AWS_ENDPOINT_URL"], "region_name": aws["AWS_REGION"]},
+    }
+    for name in aws:
+        monkeypatch.delenv(name)  # Airflow (started below) gets none of them
+    monkeypatch.setenv("AIRFLOW_CONN_CDC_OBJECT_STORE", json.dumps(connection))
+    s3_env = AirflowEnv(
+        env.home,
+        env.config,
+        ws.landing,
+        ws.warehouse,
+        spark_connection=env.spark_default,
+        port=env.port,
+    )
+    for hour in (1, 2):
+        result = s3_env.airflow("dags", "test", "cdc_t_s3", f"2024-01-01T0{hour}:00:00+00:00")
+        window = f"[2024-01-01T0{hour - 1}:00:00Z, 2024-01-01T0{hour}:00:00Z)"
+        assert f"CDC summary: stage t_s3 {window}: " in result.stdout + result.stderr
+    for name, value in aws.items():
+        monkeypatch.setenv(name, value)
+    assert table_rows(ws.paths("t_s3").final, ["ID", "VALUE"]) == expected
+    first, second = sorted(s3_env.runs("cdc_t_s3"), key=lambda r: r["logical_date"])
+    assert s3_env.task_states("cdc_t_s3", first["run_id"])["check"] == "success"
+    for run in (first, second):
+        states = s3_env.task_states("cdc_t_s3", run["run_id"])
+        assert (states["stage"], states["overwrite_final"]) == ("success", "success")
+    checked = ws.paths("t_s3").table_root / "_cdc_check.json"
+    assert json.loads(store_for(checked).read_text(checked) or "{}")["ok"] is True
+    assert not (local.root / "s3:").exists()
+    # overwrite-final registered the table in the Connect server's catalog at its bucket
+    # location: a user of the same server reads it by name (a client process of its own: this
+    # one's PySpark must stay classic for the other tests).
+    server = json.loads(env.spark_default)
+    query = (
+        "import json, sys; from spark_jobs.runtime.session import build_connect_session; "
+        "spark = build_connect_session(sys.argv[1], 'e2e-catalog'); "
+        "rows = spark.table('cdc.t_s3').select('ID', 'VALUE').collect(); "
+        "print(json.dumps(sorted([list(r) for r in rows]))); spark.stop()"
+    )
+    read = subprocess.run(
+        [sys.executable, "-c", query, f"sc://{server['host']}:{server['port']}"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert read.returncode == 0, read.stderr[-2000:]
+    assert [tuple(row) for row in json.loads(read.stdout.splitlines()[-1])] == expected
 
 
 def test_scheduler_runs_an_overlapping_backfill_and_a_rest_triggered_run(
@@ -342,81 +415,12 @@ def test_the_same_dag_runs_on_a_spark_standalone_cluster(
     assert BIN.exists()
 
 
-def test_a_dag_runs_with_landing_and_warehouse_on_object_storage(
-    airflow: tuple[AirflowEnv, Workspace], s3_server: Any, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """One table's DAG in Connect mode (the shared warm server) with CDC_LANDING and
-    CDC_WAREHOUSE in a bucket of a real S3 server: stage, overwrite-final, optimize and check
-    (its result file written to the bucket) run in the task process as they do on local folders.
-    Airflow has no AWS variable: endpoint, keys and region come from its connection
-    `cdc_object_store`."""
-    env, local = airflow
-    aws = s3_server.environment()
-    for name, value in aws.items():
-        monkeypatch.setenv(name, value)  # this test's own reads and writes
-    ws = Workspace(local.root, ObjectPath(s3_server.create_bucket()))
-    expected = land_hours(ws, "t_s3", 2)
-    connection = {
-        "conn_type": "aws",
-        "login": aws["AWS_ACCESS_KEY_ID"],
-        "password": aws["AWS_SECRET_ACCESS_KEY"],
-        "extra": {"endpoint_url": aws["AWS_ENDPOINT_URL"], "region_name": aws["AWS_REGION"]},
-    }
-    for name in aws:
-        monkeypatch.delenv(name)  # Airflow (started below) gets none of them
-    monkeypatch.setenv("AIRFLOW_CONN_CDC_OBJECT_STORE", json.dumps(connection))
-    s3_env = AirflowEnv(
-        env.home,
-        env.config,
-        ws.landing,
-        ws.warehouse,
-        spark_connection=env.spark_default,
-        port=env.port,
-    )
-    for hour in (1, 2):
-        result = s3_env.airflow("dags", "test", "cdc_t_s3", f"2024-01-01T0{hour}:00:00+00:00")
-        window = f"[2024-01-01T0{hour - 1}:00:00Z, 2024-01-01T0{hour}:00:00Z)"
-        assert f"CDC summary: stage t_s3 {window}: " in result.stdout + result.stderr
-    for name, value in aws.items():
-        monkeypatch.setenv(name, value)
-    assert table_rows(ws.paths("t_s3").final, ["ID", "VALUE"]) == expected
-    first, second = sorted(s3_env.runs("cdc_t_s3"), key=lambda r: r["logical_date"])
-    assert s3_env.task_states("cdc_t_s3", first["run_id"])["check"] == "success"
-    for run in (first, second):
-        states = s3_env.task_states("cdc_t_s3", run["run_id"])
-        assert (states["stage"], states["overwrite_final"]) == ("success", "success")
-    checked = ws.paths("t_s3").table_root / "_cdc_check.json"
-    assert json.loads(store_for(checked).read_text(checked) or "{}")["ok"] is True
-    assert not (local.root / "s3:").exists()
-    # overwrite-final registered the table in the Connect server's catalog at its bucket
-    # location: a user of the same server reads it by name (a client process of its own: this
-    # one's PySpark must stay classic for the other tests).
-    server = json.loads(env.spark_default)
-    query = (
-        "import json, sys; from spark_jobs.runtime.session import build_connect_session; "
-        "spark = build_connect_session(sys.argv[1], 'e2e-catalog'); "
-        "rows = spark.table('cdc.t_s3').select('ID', 'VALUE').collect(); "
-        "print(json.dumps(sorted([list(r) for r in rows]))); spark.stop()"
-    )
-    read = subprocess.run(
-        [sys.executable, "-c", query, f"sc://{server['host']}:{server['port']}"],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
-    assert read.returncode == 0, read.stderr[-2000:]
-    assert [tuple(row) for row in json.loads(read.stdout.splitlines()[-1])] == expected
-
-
 def test_cdc_tables_view_needs_login_and_shows_each_table(
     airflow: tuple[AirflowEnv, Workspace], tmp_path: Path
 ) -> None:
     import urllib.error
     import urllib.request
 
-    from selenium import webdriver
-    from selenium.webdriver.chrome.service import Service
     from selenium.webdriver.common.by import By
     from selenium.webdriver.support import expected_conditions as ec
     from selenium.webdriver.support.ui import WebDriverWait
@@ -424,8 +428,7 @@ def test_cdc_tables_view_needs_login_and_shows_each_table(
     env, ws = airflow
     if not env.processes:
         env.start_services()
-    artifacts = Path(__file__).resolve().parents[2] / "test-artifacts"
-    artifacts.mkdir(exist_ok=True)
+    artifacts = artifacts_folder()
     # Let the scheduler's own run of the latest hour finish, so the view and this test see the
     # same finished runs.
     deadline = time.monotonic() + 600
@@ -454,22 +457,7 @@ def test_cdc_tables_view_needs_login_and_shows_each_table(
             urllib.request.urlopen(f"{env.url}/cdc-tables/{path}", timeout=30)
         assert missing.value.code == 404, path
 
-    options = webdriver.ChromeOptions()
-    options.binary_location = "/usr/bin/chromium"
-    for flag in (
-        "--headless=new",
-        "--no-sandbox",
-        "--disable-gpu",
-        "--disable-quic",
-        "--no-first-run",
-        "--disable-background-networking",
-        "--disable-component-update",
-        "--disable-sync",
-        "--window-size=1600,900",
-        f"--user-data-dir={tmp_path / 'chromium'}",
-    ):
-        options.add_argument(flag)
-    driver = webdriver.Chrome(service=Service("/usr/bin/chromedriver"), options=options)
+    driver = chromium(tmp_path / "chromium")
     try:
         wait = WebDriverWait(driver, 60)
         driver.get(f"{env.url}/cdc-tables/")
