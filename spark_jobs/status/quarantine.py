@@ -145,7 +145,7 @@ def _samples(opened: Any, newest: list[str], limit: int) -> list[QuarantinedRow]
         return []
     partitioned = BATCH in opened.metadata().partition_columns
     rows = (
-        opened.to_pyarrow_table(partitions=[(BATCH, "in", newest)])
+        opened.to_pyarrow_table(filters=[(BATCH, "in", newest)])
         if partitioned
         else opened.to_pyarrow_table()
     ).to_pylist()
