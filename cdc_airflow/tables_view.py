@@ -146,6 +146,7 @@ th{background:#f3f3f3}
 td.num{text-align:right;font-variant-numeric:tabular-nums}
 .late{background:#fde2e1;color:#a40000;font-weight:600}
 .fresh{color:#136b13}
+.lagging{background:#ffe6b3;color:#850}
 .bad{color:#a40000;font-weight:600}
 .ok{color:#136b13}
 .muted{color:#888}
@@ -247,6 +248,12 @@ def _behind(status: TableStatus) -> tuple[str, str]:
     if fresh.overdue:
         deadline = f"<br>past deadline {fresh.deadline:%Y-%m-%d %H:%M}Z" if fresh.deadline else ""
         return "late", f"{text}{limit}{deadline}"
+    # No freshness deadline passed, but the lag may be past the health thresholds (2 and 4
+    # schedule periods by default): the cell says so as the health column does.
+    if status.health.lag == "error":
+        return "late", f"{text}{limit}"
+    if status.health.lag == "warn":
+        return "lagging", f"{text}{limit}"
     return ("fresh" if fresh.hours_behind is not None else "muted"), f"{text}{limit}"
 
 

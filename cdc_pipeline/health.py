@@ -45,6 +45,9 @@ class Health:
 
     state: State
     reasons: list[str] = field(default_factory=list)
+    # The data lag's own verdict (ok, warn or error by the thresholds; unknown: nothing waits and
+    # nothing is known), which the view's Behind cell is coloured by.
+    lag: State = "unknown"
 
     def document(self) -> dict[str, object]:
         """As plain JSON data."""
@@ -75,10 +78,13 @@ def table_health(facts: HealthFacts) -> Health:
     if facts.source_error:
         errors.append(f"source unreadable: {facts.source_error}")
     warn_after, error_after = thresholds(facts)
+    lag: State = "ok" if facts.lag is not None or facts.applied_anything else "unknown"
     if facts.lag is not None and facts.lag >= error_after:
         errors.append(f"{_hours(facts.lag)} behind (error after {_hours(error_after)})")
+        lag = "error"
     elif facts.lag is not None and facts.lag >= warn_after:
         warnings.append(f"{_hours(facts.lag)} behind (warn after {_hours(warn_after)})")
+        lag = "warn"
     if facts.files_outside_window:
         fix = f"`{facts.outside_apply_with}`" if facts.outside_apply_with else "`cdc run`"
         warnings.append(
@@ -93,13 +99,13 @@ def table_health(facts: HealthFacts) -> Health:
     if facts.paused_with_waiting:
         warnings.append("paused with changes waiting")
     if errors:
-        return Health("error", errors + warnings)
+        return Health("error", errors + warnings, lag)
     if warnings:
-        return Health("warn", warnings)
+        return Health("warn", warnings, lag)
     if not facts.applied_anything:
         waiting = "" if facts.lag is None else f" ({_hours(facts.lag)} of changes waiting)"
-        return Health("unknown", [f"nothing applied yet{waiting}"])
-    return Health("ok", [])
+        return Health("unknown", [f"nothing applied yet{waiting}"], lag)
+    return Health("ok", [], lag)
 
 
 def worst(states: list[State]) -> State:

@@ -72,7 +72,9 @@ def states(workspace: Workspace) -> tuple[Workspace, datetime]:
     workspace.configure(
         row("s_ok"),
         row("s_quarantine"),
-        row("s_late"),
+        # Warn after 2 h (2 hourly periods), error after 6 h: its 3-4 h lag stays a warning
+        # whenever in the hour the test runs.
+        row("s_late", freshness="6h"),
         row("s_outside"),
         row("s_damaged"),
         row("s_failed"),
@@ -178,6 +180,9 @@ def test_each_health_state_in_a_real_browser(
             element.screenshot(str(artifacts / f"row-{table}.png"))
         late = driver.find_element(By.ID, "table-s_late").text
         assert "1 file(s) waiting, changes from " in late and "newest change applied " in late
+        # No freshness deadline, but past the warn threshold: the Behind cell says so too.
+        behind = driver.find_element(By.CSS_SELECTOR, "#table-s_late td:nth-child(3)")
+        assert behind.get_attribute("class") == "lagging", behind.get_attribute("outerHTML")
         outside = driver.find_element(By.ID, "table-s_outside").text
         assert "old.csv" in outside and "cdc run s_outside --start " in outside
         # The quarantine drill-down, from its link: the rows, their reason, file and row.

@@ -20,6 +20,15 @@ def test_lag_warns_after_two_periods_and_errors_after_four() -> None:
     assert table_health(facts(lag=4 * HOUR)).reasons == ["4.0 h behind (error after 4.0 h)"]
 
 
+def test_the_lag_has_its_own_verdict_whatever_else_the_table_shows() -> None:
+    """The view colours Behind by it: a table in error for another reason is not late."""
+    assert table_health(facts()).lag == "ok"  # applied, nothing waits
+    assert table_health(facts(lag=HOUR)).lag == "ok"
+    assert table_health(facts(lag=2.5 * HOUR, unreadable="x")).lag == "warn"
+    assert table_health(facts(lag=5 * HOUR)).lag == "error"
+    assert table_health(HealthFacts(period=HOUR)).lag == "unknown"  # nothing known
+
+
 def test_the_rows_freshness_is_the_error_threshold() -> None:
     health = table_health(facts(lag=90 * timedelta(minutes=1), freshness=HOUR))
     assert (health.state, health.reasons) == ("error", ["1.5 h behind (error after 1.0 h)"])
