@@ -61,6 +61,14 @@ with DAG("ops_probe", schedule=[table_asset("o_rest")], start_date=datetime(2024
 '''
 
 
+# One good row and two without a key: 2/3 quarantined, past a limit of 0.2.
+TWO_OF_THREE_WITHOUT_KEY: list[dict[str, Any]] = [
+    {"FLAG": "I", "ID": 1, "VALUE": 1, "TS": "2024-01-01 00:00:01"},
+    {"FLAG": "I", "ID": None, "VALUE": 2, "TS": "2024-01-01 00:00:02"},
+    {"FLAG": "I", "ID": None, "VALUE": 3, "TS": "2024-01-01 00:00:03"},
+]
+
+
 def row(name: str, **extra: Any) -> dict[str, Any]:
     return {
         "name": name,
@@ -196,11 +204,7 @@ def test_a_failed_step_and_a_quarantine_past_its_limit_reach_the_notifier(
         "o_quarantine",
         "2024-01-01T00",
         "a.csv",
-        [
-            {"FLAG": "I", "ID": 1, "VALUE": 1, "TS": "2024-01-01 00:00:01"},
-            {"FLAG": "I", "ID": None, "VALUE": 2, "TS": "2024-01-01 00:00:02"},
-            {"FLAG": "I", "ID": None, "VALUE": 3, "TS": "2024-01-01 00:00:03"},
-        ],
+        TWO_OF_THREE_WITHOUT_KEY,
     )
     for table in ("o_fail", "o_quarantine"):
         env.airflow("dags", "test", f"cdc_{table}", "2024-01-01T01:00:00+00:00", check=False)
@@ -248,11 +252,7 @@ def test_a_quarantine_past_its_limit_with_action_warn_applies_and_fails_the_chec
         "o_qwarn",
         "2024-01-01T00",
         "a.csv",
-        [
-            {"FLAG": "I", "ID": 1, "VALUE": 1, "TS": "2024-01-01 00:00:01"},
-            {"FLAG": "I", "ID": None, "VALUE": 2, "TS": "2024-01-01 00:00:02"},
-            {"FLAG": "I", "ID": None, "VALUE": 3, "TS": "2024-01-01 00:00:03"},
-        ],
+        TWO_OF_THREE_WITHOUT_KEY,
     )
     env.airflow("dags", "test", "cdc_o_qwarn", "2024-01-01T01:00:00+00:00", check=False)
     (run,) = env.runs("cdc_o_qwarn")

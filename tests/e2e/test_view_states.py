@@ -22,22 +22,15 @@ import pytest
 from cdc_airflow.connect_server import free_port
 from tests.cli.cdc import cdc
 from tests.e2e.browser import artifacts_folder, chromium
+from tests.e2e.test_airflow import row as airflow_row
 from tests.helpers import Workspace
 
 pytestmark = [pytest.mark.cli, pytest.mark.slow]
 
 
 def row(name: str, **extra: Any) -> dict[str, Any]:
-    return {
-        "name": name,
-        "file_format": "csv",
-        "columns": {"ID": "bigint", "VALUE": "int", "TS": "timestamp"},
-        "keys": ["ID"],
-        "sequence_by": ["TS"],
-        "start_date": "2024-01-01",
-        "late_arrival_window": "12h",
-        **extra,
-    }
+    """The e2e tables' row (ID, VALUE, TS), looking 12 hours back for late files."""
+    return {**airflow_row(name), "late_arrival_window": "12h", **extra}
 
 
 def changes(hour: datetime, *ids: int | None) -> list[dict[str, Any]]:
