@@ -25,8 +25,8 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
-from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from collections.abc import Callable, Collection
+from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any, Literal
@@ -82,7 +82,10 @@ class CycleSpec:
     seed: int = 42
     timeout: float = 3600.0
     progress_every: float = 10.0
-    warm: bool = True  # connect mode: warm the server on copies of the tables first
+    warm: bool = True  # connect mode, one cycle: warm the server on copies of the tables first
+    # Consecutive scheduled cycles on one server, new change sets landed between them (the
+    # scheduler's steady state): the first is reported apart, the later ones as their median.
+    cycles: int = 1
     auto_cdc: bool = False  # then the same change sets through AUTO CDC (cli: auto_cdc_cycle)
     sources: tuple[Source, ...] = ("files",)
     kafka_conn_id: str = "kafka_default"  # the Airflow connection the Kafka tables name
@@ -107,6 +110,14 @@ class CycleSpec:
             raise ValueError(f"--source must be files, kafka or both, not {self.sources}")
         if self.kafka_partitions < 1:
             raise ValueError(f"Kafka topics need a partition, not {self.kafka_partitions}")
+        if self.cycles < 1:
+            raise ValueError(f"--cycles must be at least 1, not {self.cycles}")
+
+    @property
+    def warms_up(self) -> bool:
+        """A synthetic warm-up pass before the cycle: only for a single warm cycle (with more,
+        the first cycle is the server's warm-up, measured like every later one)."""
+        return self.warm and self.cycles == 1
 
     @property
     def schedule(self) -> str:
@@ -216,22 +227,32 @@ def _json_value(value: Any) -> Any:
     return value
 
 
-def generate_table(index: int, changes: int, hour: datetime, seed: int) -> BenchTable:
-    """Table `index`'s change set: kinds take turns; the same arguments give the same rows."""
+def generate_table(
+    index: int, changes: int, hour: datetime, seed: int, *, cycle: int = 0
+) -> BenchTable:
+    """Table `index`'s change set of cycle `cycle`: kinds take turns; the same arguments give the
+    same rows. A later cycle's changes come after the earlier ones' (SEQ, and an insert-only
+    table's IDs, offset by `cycle * changes`) and touch the same keys of an upsert table."""
     kind = BenchTable.without_rows(index).kind
-    rng = random.Random(f"{seed}-{index}")
-    rows = _event_rows(rng, changes, hour) if kind == "insert_only" else _upsert_rows(rng, changes)
+    rng = random.Random(f"{seed}-{index}" + (f"-{cycle}" if cycle else ""))
+    offset = cycle * changes
+    rows = (
+        _event_rows(rng, changes, hour, offset)
+        if kind == "insert_only"
+        else _upsert_rows(rng, changes, offset)
+    )
     # File order is not sequence order: the latest change must win by SEQ, not by position.
     rng.shuffle(rows)
     return BenchTable(index, kind, tuple(rows))
 
 
-def _upsert_rows(rng: random.Random, changes: int) -> list[dict[str, Any]]:
-    """Inserts, updates (some move to another REGION), deletes (half key-only), re-inserts."""
+def _upsert_rows(rng: random.Random, changes: int, offset: int = 0) -> list[dict[str, Any]]:
+    """Inserts, updates (some move to another REGION), deletes (half key-only), re-inserts;
+    sequence numbers from `offset + 1`."""
     keys = max(1, changes * 2 // 3)  # about half of the keys change more than once
     alive: set[int] = set()
     rows = []
-    for seq in range(1, changes + 1):
+    for seq in range(offset + 1, offset + changes + 1):
         key = rng.randrange(keys) + 1
         flag = "I" if key not in alive else "D" if rng.random() < 0.2 else "U"
         if flag == "D":
@@ -254,12 +275,16 @@ def _upsert_rows(rng: random.Random, changes: int) -> list[dict[str, Any]]:
     return rows
 
 
-def _event_rows(rng: random.Random, changes: int, hour: datetime) -> list[dict[str, Any]]:
-    """Insert-only events within the hour, about 5% of them sent twice (exact duplicates)."""
+def _event_rows(
+    rng: random.Random, changes: int, hour: datetime, offset: int = 0
+) -> list[dict[str, Any]]:
+    """Insert-only events within the hour, about 5% of them sent twice (exact duplicates); IDs
+    and sequence numbers from `offset + 1`."""
     duplicates = changes // 20
     rows = []
-    for key in range(1, changes - duplicates + 1):
-        second = (key * 3599) // max(1, changes)
+    for number in range(1, changes - duplicates + 1):
+        second = (number * 3599) // max(1, changes)
+        key = offset + number
         rows.append(
             {
                 "FLAG": "I",
@@ -307,15 +332,18 @@ def naive_utc(value: Any) -> Any:
     return value
 
 
-def write_landing(table: BenchTable, landing: Path, hour: datetime) -> Path:
-    """Write the change set as one file of the table's format into the hour's landing folder."""
+def write_landing(table: BenchTable, landing: Path, hour: datetime, *, part: int = 0) -> Path:
+    """Write the change set as one file of the table's format into the hour's landing folder:
+    `part-<part>` (the first part starts the table's landing folder afresh; a later cycle's
+    part lands beside the files already there)."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
     folder = landing / table.name / HourBatch(hour).folder
-    shutil.rmtree(landing / table.name, ignore_errors=True)
-    folder.mkdir(parents=True)
-    path = folder / f"part-00000.{table.file_format}"
+    if part == 0:
+        shutil.rmtree(landing / table.name, ignore_errors=True)
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"part-{part:05d}.{table.file_format}"
     columns = ["FLAG", *(EVENT_COLUMNS if table.kind == "insert_only" else UPSERT_COLUMNS)]
     if table.file_format == "parquet":
         types = {"FLAG": pa.string(), "ID": pa.int64(), "NAME": pa.string(), "QTY": pa.int32()}
@@ -664,7 +692,7 @@ def warm_up(
     sets of the same tables, landed as files whatever the cycle's source (the steps after
     staging are the same code; a Kafka table's read is not warmed); its seconds, or None when
     the cycle runs on a cold server."""
-    if mode != "connect" or not spec.warm:
+    if mode != "connect" or not spec.warms_up:
         return None
     print(f"bench-cycle [{mode}]: warming the Connect server", flush=True)
     tables = [generate_table(i, spec.changes, hour, spec.seed + 1) for i in range(spec.tables)]
@@ -713,13 +741,19 @@ def write_config(
 
 
 def feed(
-    tables: list[BenchTable], landing: Path, hour: datetime, broker: KafkaBroker | None, run: str
+    tables: list[BenchTable],
+    landing: Path,
+    hour: datetime,
+    broker: KafkaBroker | None,
+    run: str,
+    *,
+    part: int = 0,
 ) -> None:
-    """Land each change set as a file in the hour's folder, or (a broker) send it to the
+    """Land each change set as file `part` in the hour's folder, or (a broker) send it to the
     table's topic of run `run`."""
     for table in tables:
         if broker is None:
-            write_landing(table, landing, hour)
+            write_landing(table, landing, hour, part=part)
         else:
             broker.produce(table.topic(run), table.messages())
 
@@ -772,8 +806,9 @@ def run_mode(
     source: Source = "files",
     broker: KafkaBroker | None = None,
 ) -> dict[str, Any]:
-    """One cycle of `spec.tables` tables in `mode` reading `source` (kafka: from `broker`); its
-    figures and check results."""
+    """`spec.cycles` consecutive scheduled cycles of `spec.tables` tables in `mode` reading
+    `source` (kafka: from `broker`) on one Airflow and server; their figures and checks (the
+    top-level figures: the one cycle, or the median of the cycles after the first)."""
     label, run = run_label(mode, source), f"{source}-{mode}"
     workdir = workdir.resolve()  # Airflow's home and SQLite URL need absolute paths
     load_before = load_now()
@@ -781,73 +816,186 @@ def run_mode(
     broker = kafka_broker_of(source, broker)
     with RssSampler(exclude=frozenset({broker.pid} if broker and broker.pid else ())) as rss:
         local, names = prepare(spec, mode, source, workdir, broker)
-        landing, warehouse = workdir / "landing", workdir / "warehouse"
-        db = MetadataDB(local.home / "airflow.db")
         dag_ids = [t.dag_id for t in names]
         # The warm-up pass (about 2 s a table) comes between reading the hour and unpausing.
-        warm_margin = 3.0 * spec.tables if mode == "connect" and spec.warm else 0.0
+        warm_margin = 3.0 * spec.tables if mode == "connect" and spec.warms_up else 0.0
         wait_clear_of_hour_boundary(120 + warm_margin, every=spec.every)
         print(f"bench-cycle [{label}]: starting Airflow on {local.url}", flush=True)
         local.migrate()
         try:
             local.start_services()
             local.airflow("dags", "reserialize")
-            hour = wait_for_dags(local, dag_ids)
-            # The change sets are written for the hour the scheduler will run, now known.
-            tables = [generate_table(i, spec.changes, hour, spec.seed) for i in range(spec.tables)]
-            feed(tables, landing, hour, broker, run)
-            warm_up_seconds = warm_up(spec, mode, local, hour, workdir / "warm-up")
-            setup_seconds = time.monotonic() - setup_started
-            print(
-                f"bench-cycle [{label}]: {spec.tables} tables x {spec.changes} changes "
-                f"{'sent to their topics' if broker else 'landed in the hour folder'} of "
-                f"[{hour.isoformat()}, +{spec.every}m); unpausing every DAG",
-                flush=True,
+            cycles = CycleRun(
+                spec, mode, local, dag_ids, wait_for_dags(local, dag_ids), broker, run
             )
-            unpause_all(local, db, dag_ids)
-            runs = wait_for_dag_runs(
-                db,
-                dag_ids,
-                1,
-                select=lambda run: run.interval_start == hour,
-                label=f"bench-cycle [{label}]",
-                timeout=spec.timeout,
-                every=spec.progress_every,
-                on_poll=hour_guard(local, db, dag_ids, hour, every=spec.every),
-            )
-            tasks, executes = cycle_tasks(local, db, dag_ids, runs)
-            other_runs = [r for r in db.runs(dag_ids) if r.interval_start != hour]
+            results = [cycles.measure(n, setup_started=setup_started) for n in range(spec.cycles)]
+            other_runs = cycles.other_runs()
         finally:
             local.stop()
-    figures, gantt = cycle_figures(tasks, runs, spec.tables)
-    problems = [p for p in (check_table(t, warehouse) for t in tables) if p]
     return {
         "mode": mode,
         "source": source,
         "label": label,
         "tables": spec.tables,
         "changes_per_table": spec.changes,
-        "kinds": {k: sum(1 for t in tables if t.kind == k) for k in KINDS},
         "parallelism": local.launcher_parallelism,
-        "interval_start": hour.isoformat(),
-        **figures,
-        "setup_seconds": _round(setup_seconds),
-        "server": "cold" if warm_up_seconds is None else "warm",
-        "warm_up_seconds": None if warm_up_seconds is None else _round(warm_up_seconds),
-        "runs_succeeded": sum(1 for r in runs if r.state == "success"),
-        "runs_failed": sorted(r.dag_id for r in runs if r.state != "success"),
+        **steady_figures(results),
+        **cycles.setup,
         "other_runs": len(other_runs),
-        "tasks": summarize_tasks(tasks, executes),
         "execute_time_source": "task logs: end of Pre Execute to the 'CDC summary' line "
         "(the steps report no timing); outside_execute = task wall time minus that",
         "peak_rss_mib": round(rss.peak_mib),
         "peak_rss_top": rss.peak_top,
         "load_before": load_before,
         "load_after": load_now(),
-        "tables_checked": len(tables),
-        "tables_exact": len(tables) - len(problems),
-        "check_problems": problems,
-        "gantt": gantt,
+        "tables_checked": spec.tables,
+    }
+
+
+@dataclass
+class CycleRun:
+    """The consecutive cycles of one mode and source on one Airflow: what each needs."""
+
+    spec: CycleSpec
+    mode: Mode
+    local: BenchAirflow
+    dag_ids: list[str]
+    hour: datetime  # the first cycle's interval start
+    broker: KafkaBroker | None
+    run_name: str  # "<source>-<mode>": its topics' middle part
+    # Every change fed so far per table index: each cycle checks final against all of them.
+    changes: dict[int, tuple[dict[str, Any], ...]] = field(default_factory=dict)
+    setup: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def db(self) -> MetadataDB:
+        return MetadataDB(self.local.home / "airflow.db")
+
+    @property
+    def label(self) -> str:
+        return run_label(self.mode, "files" if self.broker is None else "kafka")
+
+    def start_of(self, cycle: int) -> datetime:
+        return self.hour + cycle * self.spec.period
+
+    def measure(self, cycle: int, *, setup_started: float) -> dict[str, Any]:
+        """Cycle `cycle` (0 first): its change sets fed for its interval (the first also warms
+        up when asked and unpauses every DAG), its runs awaited, timed, and checked against
+        every change fed so far."""
+        spec, start = self.spec, self.start_of(cycle)
+        tables = [
+            generate_table(i, spec.changes, start, spec.seed, cycle=cycle)
+            for i in range(spec.tables)
+        ]
+        feed(tables, Path(str(self.local.landing)), start, self.broker, self.run_name, part=cycle)
+        for table in tables:
+            self.changes[table.index] = self.changes.get(table.index, ()) + table.rows
+        if cycle == 0:
+            self.first_cycle_set_up(setup_started)
+        else:
+            print(
+                f"bench-cycle [{self.label}]: cycle {cycle + 1} of {spec.cycles}: change sets "
+                f"fed for [{start.isoformat()}, +{spec.every}m); waiting for the scheduler",
+                flush=True,
+            )
+        runs = self.wait_for_runs(cycle)
+        tasks, executes = cycle_tasks(self.local, self.db, self.dag_ids, runs)
+        figures, gantt = cycle_figures(tasks, runs, spec.tables)
+        checked = [BenchTable(t.index, t.kind, self.changes[t.index]) for t in tables]
+        warehouse = Path(str(self.local.warehouse))
+        problems = [p for p in (check_table(t, warehouse) for t in checked) if p]
+        return {
+            "cycle": cycle + 1,
+            "interval_start": start.isoformat(),
+            **figures,
+            "runs_succeeded": sum(1 for r in runs if r.state == "success"),
+            "runs_failed": sorted(r.dag_id for r in runs if r.state != "success"),
+            "tables_exact": len(checked) - len(problems),
+            "check_problems": problems,
+            "tasks": summarize_tasks(tasks, executes),
+            "gantt": gantt,
+            "kinds": {k: sum(1 for t in tables if t.kind == k) for k in KINDS},
+        }
+
+    def first_cycle_set_up(self, setup_started: float) -> None:
+        """Before the first cycle: the warm-up pass when asked, then every DAG unpaused."""
+        spec = self.spec
+        warm = warm_up(spec, self.mode, self.local, self.hour, self.local.home.parent / "warm-up")
+        self.setup["setup_seconds"] = _round(time.monotonic() - setup_started)
+        self.setup["server"] = "cold" if warm is None else "warm"
+        self.setup["warm_up_seconds"] = None if warm is None else _round(warm)
+        print(
+            f"bench-cycle [{self.label}]: {spec.tables} tables x {spec.changes} changes "
+            f"{'sent to their topics' if self.broker else 'landed in the hour folder'} of "
+            f"[{self.hour.isoformat()}, +{spec.every}m); unpausing every DAG",
+            flush=True,
+        )
+        unpause_all(self.local, self.db, self.dag_ids)
+
+    def wait_for_runs(self, cycle: int) -> list[RunRow]:
+        """Cycle `cycle`'s run of every DAG, once each has finished."""
+        start = self.start_of(cycle)
+        return wait_for_dag_runs(
+            self.db,
+            self.dag_ids,
+            1,
+            select=lambda found: found.interval_start == start,
+            label=f"bench-cycle [{self.label}] cycle {cycle + 1}",
+            timeout=self.spec.timeout + self.spec.period.total_seconds(),
+            every=self.spec.progress_every,
+            on_poll=hour_guard(
+                self.local,
+                self.db,
+                self.dag_ids,
+                start,
+                every=self.spec.every,
+                earlier=[self.start_of(k) for k in range(cycle)],
+                last=cycle == self.spec.cycles - 1,
+            ),
+        )
+
+    def other_runs(self) -> list[RunRow]:
+        """Runs of intervals no cycle measured (a next run started under the last cycle)."""
+        measured = {self.start_of(k) for k in range(self.spec.cycles)}
+        return [r for r in self.db.runs(self.dag_ids) if r.interval_start not in measured]
+
+
+STEADY_KEYS = ("cycle_seconds", "per_table_run_seconds", "run_seconds_median", "run_seconds_max")
+
+
+def steady_figures(cycles: list[dict[str, Any]]) -> dict[str, Any]:
+    """The mode's figures from its cycles: one cycle's own; with more, the median of the cycles
+    after the first (the scheduler's steady state), the first cycle's apart, every cycle
+    listed; the tasks and Gantt of the last cycle; the checks of all."""
+    first, last = cycles[0], cycles[-1]
+    later = cycles[1:] or cycles
+    steady = {}
+    for key in STEADY_KEYS:
+        values = [c[key] for c in later if c[key] is not None]
+        steady[key] = _round(statistics.median(values)) if values else None
+    return {
+        "kinds": first["kinds"],
+        "interval_start": first["interval_start"],
+        **steady,
+        "first_task_start": last["first_task_start"],
+        "last_task_end": last["last_task_end"],
+        "cycles": len(cycles),
+        "first_cycle_seconds": first["cycle_seconds"],
+        "later_cycle_seconds": [c["cycle_seconds"] for c in cycles[1:]],
+        "figures_from": "the one cycle"
+        if len(cycles) == 1
+        else f"median of cycles 2-{len(cycles)} (cycle 1: the first after the server started)",
+        "runs_succeeded": sum(c["runs_succeeded"] for c in cycles),
+        "runs_failed": sorted({d for c in cycles for d in c["runs_failed"]}),
+        "tasks": last["tasks"],
+        "tables_exact": min(c["tables_exact"] for c in cycles),
+        "check_problems": [
+            f"cycle {c['cycle']}: {p}" if len(cycles) > 1 else p
+            for c in cycles
+            for p in c["check_problems"]
+        ],
+        "per_cycle": [{k: v for k, v in c.items() if k not in ("gantt", "kinds")} for c in cycles],
+        "gantt": last["gantt"],
     }
 
 
@@ -880,29 +1028,42 @@ def hour_guard(
     *,
     every: int = 60,
     lead: float = 45.0,
+    earlier: Collection[datetime] = (),
+    last: bool = True,
     now: Callable[[], datetime] = lambda: datetime.now(UTC),
 ) -> Callable[[list[RunRow]], None]:
-    """A poll hook: fail when the scheduler ran another hour instead; from `lead` seconds before
-    the next interval's run is due, pause each DAG whose cycle run finished, so that the next
-    run does not start under the cycle (a DAG still running then may get one: `other_runs`
-    counts them).
+    """A poll hook: fail when the scheduler ran another interval than `hour` (or the `earlier`
+    cycles' intervals); in the `last` cycle, from `lead` seconds before the next interval's run
+    is due, pause each DAG whose cycle run finished, so that the next run does not start under
+    the cycle (a DAG still running then may get one: `other_runs` counts them). An earlier
+    cycle lets the next run come: it is the next cycle, and it must not start before this one
+    ended (else that cycle would start before its changes land).
 
     Nothing is paused earlier: a cycle that ends before then needs no pause, and a pause PATCH
     while tasks run can stall the local launcher's SQLite metadata DB for its 60 s busy timeout.
     """
     paused: set[str] = set()
     next_due = hour + 2 * timedelta(minutes=every)
+    known = {hour, *earlier}
 
     def guard(runs: list[RunRow]) -> None:
         have = {r.dag_id for r in runs}
-        others = [r for r in db.runs(dag_ids) if r.interval_start != hour and r.dag_id not in have]
+        others = [
+            r for r in db.runs(dag_ids) if r.interval_start not in known and r.dag_id not in have
+        ]
         if others:
+            late = others[0].interval_start is not None and others[0].interval_start > hour
             raise BenchCycleError(
                 f"{others[0].dag_id}: the scheduler ran [{others[0].interval_start}, +{every}m) "
-                f"instead of [{hour.isoformat()}, +{every}m) (the interval turned during set-up): "
-                "run again"
+                f"instead of [{hour.isoformat()}, +{every}m) "
+                + (
+                    "before this cycle ended: the cycle takes longer than the schedule's "
+                    "period (fewer tables or --every 60)"
+                    if late and not last
+                    else "(the interval turned during set-up): run again"
+                )
             )
-        if (next_due - now()).total_seconds() > lead:
+        if not last or (next_due - now()).total_seconds() > lead:
             return
         for run in runs:
             if run.state in ("success", "failed") and run.dag_id not in paused:

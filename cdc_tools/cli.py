@@ -180,6 +180,19 @@ def _add_bench_cycle_command(commands: Any) -> None:
     cycle.add_argument(
         "--smoke", action="store_true", help="3 tables, 30 changes, one mode (Connect if available)"
     )
+    _add_bench_cycle_server_options(cycle)
+
+
+def _add_bench_cycle_server_options(cycle: Any) -> None:
+    """bench-cycle's options of the server's state: cycles, a cold server, AUTO CDC after."""
+    cycle.add_argument(
+        "--cycles",
+        type=int,
+        default=None,
+        help="consecutive scheduled cycles on one server, new changes landed before each (1); "
+        "with 2 or more, no warm-up pass: the first cycle (after the server's start) is reported "
+        "apart and the later cycles' median is the figure (the scheduler's steady state)",
+    )
     cycle.add_argument(
         "--cold",
         action="store_true",
@@ -410,6 +423,7 @@ def run_bench_cycle_command(namespace: argparse.Namespace) -> int:
             ("parallelism", namespace.parallelism),
             ("every", namespace.every),
             ("warm", False if namespace.cold else None),
+            ("cycles", namespace.cycles),
             ("auto_cdc", True if namespace.auto_cdc else None),
             ("sources", ("files", "kafka") if namespace.source == "both" else (namespace.source,)),
             ("kafka_conn_id", namespace.kafka_conn_id),

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.parquet as pq
+import pytest
 from deltalake import write_deltalake
 
 from cdc_airflow.runs import (
@@ -23,6 +24,7 @@ from cdc_airflow.runs import (
 )
 from cdc_pipeline.config import load_table_configs
 from cdc_tools.bench_cycle import (
+    BenchCycleError,
     BenchTable,
     CycleSpec,
     check_table,
@@ -33,6 +35,7 @@ from cdc_tools.bench_cycle import (
     hour_guard,
     kafka_vs_files,
     speedups,
+    steady_figures,
     summarize_tasks,
     task_log,
     write_config,
@@ -272,12 +275,13 @@ class _Pauses:
 
     def __init__(self) -> None:
         self.paused: list[str] = []
+        self.others: list[RunRow] = []
 
     def pause(self, dag_id: str) -> None:
         self.paused.append(dag_id)
 
     def runs(self, dag_ids: list[str]) -> list[RunRow]:
-        return []
+        return self.others
 
 
 def test_the_hour_guard_pauses_finished_dags_only_near_the_next_due_run() -> None:
@@ -398,3 +402,81 @@ def test_cycle_spec_rejects_a_source_it_does_not_know() -> None:
         else:
             raise AssertionError(f"{spec} was accepted")
     CycleSpec(sources=("files", "kafka")).validate()
+
+
+def test_a_later_cycle_comes_after_the_earlier_ones_and_lands_beside_them(tmp_path: Path) -> None:
+    """Cycle 1's changes follow cycle 0's (higher SEQ; an insert-only table's new IDs), touch
+    the same upsert keys, and land as part-00001 beside part-00000; the expectation of both
+    cycles is the latest per key over all of them."""
+    first, second = (generate_table(0, 60, HOUR, seed=4, cycle=c) for c in (0, 1))
+    assert max(r["SEQ"] for r in first.rows) < min(r["SEQ"] for r in second.rows)
+    assert {r["ID"] for r in first.rows} & {r["ID"] for r in second.rows}
+    assert generate_table(0, 60, HOUR, seed=4, cycle=1) == second
+    events = [generate_table(2, 60, HOUR, seed=4, cycle=c) for c in (0, 1)]
+    assert not {r["ID"] for r in events[0].rows} & {r["ID"] for r in events[1].rows}
+    both = BenchTable(0, first.kind, first.rows + second.rows)
+    latest = {}
+    for row in sorted(both.rows, key=lambda r: r["SEQ"]):
+        latest[row["ID"]] = row
+    assert [r[0] for r in expected_rows(both)] == sorted(
+        k for k, r in latest.items() if r["FLAG"] != "D"
+    )
+    write_landing(first, tmp_path, HOUR)
+    later = write_landing(second, tmp_path, HOUR + timedelta(minutes=15), part=1)
+    assert sorted(p.name for p in later.parent.iterdir()) == [
+        "part-00000.parquet",
+        "part-00001.parquet",
+    ]
+
+
+def test_the_guard_of_an_earlier_cycle_lets_the_next_run_come_but_not_too_soon() -> None:
+    """A run of an earlier cycle's interval is known; a run of a later interval while this
+    cycle (not the last) waits means the cycle outlasted the period; nothing is paused."""
+    fake = _Pauses()
+    later = HOUR + timedelta(minutes=15)
+    guard = hour_guard(fake, fake, ["a"], later, every=15, earlier=[HOUR], last=False, now=lambda: later + timedelta(minutes=29))  # type: ignore[arg-type]  # fmt: skip
+    done = [RunRow("a", "r2", "scheduled", "success", later, None, None)]
+    fake.others = [RunRow("a", "r1", "scheduled", "success", HOUR, None, None)]
+    guard(done)
+    assert fake.paused == []
+    fake.others = [RunRow("b", "r3", "scheduled", "running", later + timedelta(minutes=15), None, None)]  # fmt: skip
+    with pytest.raises(BenchCycleError, match="the cycle takes longer than the schedule's period"):
+        guard(done)
+
+
+def test_steady_figures_are_the_later_cycles_median_with_the_first_apart() -> None:
+    def cycle(number: int, seconds: float, problems: list[str]) -> dict:
+        return {
+            "cycle": number,
+            "interval_start": f"start-{number}",
+            "cycle_seconds": seconds,
+            "per_table_run_seconds": seconds / 10,
+            "run_seconds_median": 1.0,
+            "run_seconds_max": 2.0,
+            "first_task_start": f"first-{number}",
+            "last_task_end": f"last-{number}",
+            "runs_succeeded": 10,
+            "runs_failed": [],
+            "tables_exact": 10 - len(problems),
+            "check_problems": problems,
+            "tasks": {"stage": number},
+            "gantt": [number],
+            "kinds": {"partitioned": 4},
+        }
+
+    figures = steady_figures([cycle(1, 90.0, []), cycle(2, 60.0, ["t: 1 row"]), cycle(3, 50.0, [])])
+    assert (figures["cycle_seconds"], figures["first_cycle_seconds"]) == (55.0, 90.0)
+    assert figures["later_cycle_seconds"] == [60.0, 50.0]
+    assert (
+        figures["figures_from"]
+        == "median of cycles 2-3 (cycle 1: the first after the server started)"
+    )
+    assert (figures["tasks"], figures["gantt"], figures["interval_start"]) == (
+        {"stage": 3},
+        [3],
+        "start-1",
+    )
+    assert (figures["tables_exact"], figures["check_problems"]) == (9, ["cycle 2: t: 1 row"])
+    assert figures["runs_succeeded"] == 30 and len(figures["per_cycle"]) == 3
+    alone = steady_figures([cycle(1, 90.0, [])])
+    assert (alone["cycle_seconds"], alone["figures_from"]) == (90.0, "the one cycle")

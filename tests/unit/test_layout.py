@@ -41,7 +41,6 @@ LONG_FUNCTIONS = {
     # a benchmark case: stage, then the three ways of applying it
     "cdc_tools.bench.run_case": 70,
     # a benchmark cycle through Airflow, measured step by step
-    "cdc_tools.bench_cycle.run_mode": 84,
     # the generator's change mix of one hour, as one Spark plan
     "cdc_tools.generator._hour_changes": 80,
 }
