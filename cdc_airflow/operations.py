@@ -236,14 +236,15 @@ def alert_if_stale(context: Any, table: str, freshness: str, notify: Sequence[st
     verdict = data_freshness_of(row, None, data)
     if not verdict.overdue:
         return
+    document = data.document()
     message = (
         f"table {table}: {data.files_waiting} file(s) landed and not applied, the oldest since "
-        f"{data.document()['oldest_waiting']} holding changes from "
-        f"{data.document()['oldest_change_waiting']} on (freshness {freshness}); "
+        f"{document['oldest_waiting']} holding changes from "
+        f"{document['oldest_change_waiting']} on (freshness {freshness}); "
         f"{data.files_outside_window} file(s) outside the late_arrival_window: `cdc status {table}`"
     )
     send_alert(
-        task_alert(context, "stale_data", table, message, data.document(), "overwrite_final"),
+        task_alert(context, "stale_data", table, message, document, "overwrite_final"),
         notify,
     )
 

@@ -84,6 +84,14 @@ def to_root(request: Request) -> str:
     return "../" * max(path.count("/"), 1)
 
 
+def to_login(request: Request, root: str) -> Response:
+    """A relative Location (RFC 9110) to the login page of this Airflow, whatever its sub-path,
+    coming back to the page asked for."""
+    return RedirectResponse(
+        f"{root}api/v2/auth/login?next={quote(request.url.path)}", status_code=307
+    )
+
+
 @app.get("/api/tables")
 def tables_json(user: User) -> Response:
     """The view's data as JSON: only tables whose DAG the user may read; 401 without a login."""
@@ -97,9 +105,7 @@ def tables_page(request: Request, user: User) -> Response:
     """One row per readable table; sends to Airflow's login page when not logged in."""
     root = to_root(request)
     if user is None:
-        # Relative Location (RFC 9110): the login page of this Airflow, whatever its sub-path.
-        target = f"{root}api/v2/auth/login?next={quote(request.url.path)}"
-        return RedirectResponse(target, status_code=307)
+        return to_login(request, root)
     now = utc_now()
     return HTMLResponse(render_page(visible_status(user, now), root, now))
 
@@ -116,8 +122,7 @@ def quarantine_page(request: Request, user: User, table: str) -> Response:
 
     root = to_root(request)
     if user is None:
-        target = f"{root}api/v2/auth/login?next={quote(request.url.path)}"
-        return RedirectResponse(target, status_code=307)
+        return to_login(request, root)
     config = load_table_configs().tables.get(table)
     if config is None or not readable_dag_ids(get_auth_manager(), user, {config.dag_id}):
         return HTMLResponse(_page("CDC quarantine", "<p>No such table you may read.</p>"), 404)

@@ -12,18 +12,12 @@ import pytest
 from deltalake import write_deltalake
 
 from tests.cli.cdc import cdc
+from tests.cli.test_status_health import ROW  # the same one-table config
 from tests.helpers import Workspace
 
 # No Spark: classic mode starts no JVM, and no Connect server is needed for these processes.
 pytestmark = [pytest.mark.cli, pytest.mark.classic_only]
 
-ROW = {
-    "name": "t",
-    "file_format": "csv",
-    "columns": {"ID": "bigint", "TS": "timestamp"},
-    "keys": ["ID"],
-    "sequence_by": ["TS"],
-}
 SCHEMA = pa.schema(
     [
         ("ID", pa.string()),

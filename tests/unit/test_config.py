@@ -328,13 +328,7 @@ def test_the_same_config_text_is_validated_once_per_process_and_never_shared(
     real = loader.parse_config
     monkeypatch.setattr(loader, "parse_config", lambda *a: calls.append(1) or real(*a))
     path = tmp_path / "tables.yaml"
-    row = {
-        "name": "t",
-        "file_format": "csv",
-        "columns": {"ID": "bigint", "TS": "timestamp"},
-        "keys": ["ID"],
-        "sequence_by": ["TS"],
-    }
+    row = {**GOOD, "name": "t"}
     path.write_text(yaml.safe_dump({"tables": [row]}))
     first = loader.load_table_configs(path)
     first.tables.clear()
