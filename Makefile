@@ -140,4 +140,4 @@ clean:
 	rm -rf $(VENV) landing warehouse .pytest_cache .mypy_cache .ruff_cache .tools
 
 airflow: install
-	$(BIN)/python -m cdc_airflow.local
+	$(BIN)/python -m cdc_airflow.local.launcher

@@ -218,10 +218,9 @@ class QuarantineCheck:
 def alert_if_stale(context: Any, table: str, freshness: str, notify: Sequence[str]) -> None:
     """Alert (log + notifiers) when a file has waited longer than `freshness` to be applied, or
     landed outside the late-arrival window: the deadline is on the data, not on the runs."""
-    from cdc_airflow.table_status import data_freshness_of
     from cdc_pipeline.config import load_table_configs
     from cdc_pipeline.paths import TablePaths
-    from spark_jobs.status.freshness import data_freshness
+    from spark_jobs.status.freshness import data_freshness, data_freshness_of
 
     task = getattr(context.get("ti"), "task", None)
     config = getattr(task, "config_path", None)

@@ -15,7 +15,7 @@ CONFIG: dict[str, Any] = {
         "options": {
             "task_processes": {
                 "description": (
-                    "With AIRFLOW__CORE__EXECUTOR=cdc_airflow.executor.PreloadingLocalExecutor: "
+                    "With AIRFLOW__CORE__EXECUTOR=cdc_airflow.local.executor.PreloadingLocalExecutor: "
                     "the task processes that run at once, at most core.parallelism (unset: "
                     "core.parallelism, as the LocalExecutor). The tasks the scheduler hands over "
                     "beyond them wait in the executor and start the moment a process is free."

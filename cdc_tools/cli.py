@@ -204,7 +204,7 @@ def _add_bench_cycle_server_options(cycle: Any) -> None:
         action="store_true",
         help="then apply the same change sets with Spark's AUTO CDC, one pipeline with a flow "
         "per table, on a server of its own (targets: Spark's in-memory test table; "
-        "python -m cdc_tools.auto_cdc_cycle)",
+        "python -m cdc_tools.bench.auto_cdc)",
     )
 
 
@@ -350,7 +350,7 @@ def run_bench_command(namespace: argparse.Namespace) -> int:
     """`cdc bench`: the sweep, one line per case, the ratios, and where the results are."""
     from dataclasses import replace
 
-    from cdc_tools.bench import BenchSpec, run_bench
+    from cdc_tools.bench.merges import BenchSpec, run_bench
     from spark_jobs.runtime.failures import one_line
     from spark_jobs.runtime.session import build_spark_session
 
@@ -399,7 +399,7 @@ def run_bench_cycle_command(namespace: argparse.Namespace) -> int:
     """`cdc bench-cycle`: one scheduling cycle per mode, measured; non-zero when a table is off."""
     from dataclasses import replace
 
-    from cdc_tools.bench_cycle import (
+    from cdc_tools.bench.cycle import (
         CycleSpec,
         connect_mode_available,
         failed,
@@ -439,7 +439,7 @@ def run_bench_cycle_command(namespace: argparse.Namespace) -> int:
     try:
         document = run_bench_cycle(spec)
         if spec.auto_cdc:
-            from cdc_tools.auto_cdc_cycle import beside_cycle
+            from cdc_tools.bench.auto_cdc import beside_cycle
 
             document = beside_cycle(spec, document)
     except Exception as error:

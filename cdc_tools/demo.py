@@ -23,8 +23,8 @@ from spark_jobs.runtime.context import StepContext
 from spark_jobs.stage import run_stage
 
 if TYPE_CHECKING:  # Airflow is imported only when the demo runs through it
-    from cdc_airflow.local import LocalAirflow
-    from cdc_airflow.runs import RunRow
+    from cdc_airflow.local.launcher import LocalAirflow
+    from cdc_airflow.local.runs import RunRow
 
 DEMO_TABLES = ("orders", "customers", "events", "customers_cdc", "accounts")
 # Tables whose demo changes are the hand-written sample files under samples/<change_format>/.
@@ -176,8 +176,8 @@ def run_airflow_demo(
 
     What can overlap does: the Connect server's JVM starts while Airflow migrates its DB, and
     the change sets are generated while the Airflow services start."""
-    from cdc_airflow.local import LocalAirflow, spark_connection_from_environment
-    from cdc_airflow.runs import MetadataDB, wait_for_dag_runs
+    from cdc_airflow.local.launcher import LocalAirflow, spark_connection_from_environment
+    from cdc_airflow.local.runs import MetadataDB, wait_for_dag_runs
     from cdc_pipeline.paths import landing_root, warehouse_root
     from spark_jobs.runtime.session import build_connect_session, spark_remote
 

@@ -147,7 +147,7 @@ def connect_by_default(request: pytest.FixtureRequest) -> Iterator[None]:
 @pytest.fixture(scope="session")
 def connect_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     """One local Spark Connect server for the test run (local[2], 2 shuffle partitions)."""
-    from cdc_airflow import connect_server
+    from cdc_airflow.local import connect_server
 
     log = tmp_path_factory.mktemp("connect") / "server.log"
     server = connect_server.start(

@@ -21,7 +21,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from cdc_airflow.connect_server import free_port
+from cdc_airflow.local.connect_server import free_port
 from cdc_pipeline.paths import project_root
 from tests.helpers import stop_process_group
 

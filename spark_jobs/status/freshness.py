@@ -260,3 +260,36 @@ def _kafka_freshness(
         partitions=lag.partitions,
         source_error=lag.error,
     )
+
+
+@dataclass(frozen=True)
+class Freshness:
+    """How far behind a table is, and whether it missed its deadline.
+
+    Measured by the data when it can be read (`data`): behind is the age of the oldest file
+    landed but not applied (0 when every landed file is applied), the deadline that file's
+    landing time plus `freshness`; a file outside the late-arrival window is overdue at once.
+    Otherwise by the runs: now minus the last successful interval's end.
+    """
+
+    last_success_end: datetime | None
+    hours_behind: float | None
+    deadline: datetime | None  # None: no limit, or nothing waiting
+    overdue: bool
+    data: DataFreshness | None = None
+
+
+def data_freshness_of(
+    table: TableConfig, last_success_end: datetime | None, data: DataFreshness
+) -> Freshness:
+    """Freshness by the data: see Freshness."""
+    limit = table.freshness
+    waiting = data.waiting_hours
+    behind = waiting if waiting is not None else (0.0 if data.files_applied else None)
+    deadline = None
+    if limit and data.oldest_change is not None:
+        deadline = data.oldest_change + limit.delta
+    overdue = data.files_outside_window > 0 or (
+        deadline is not None and data.measured_at > deadline
+    )
+    return Freshness(last_success_end, behind, deadline, overdue, data)

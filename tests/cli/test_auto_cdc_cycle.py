@@ -1,4 +1,4 @@
-"""The AUTO CDC peer of the cycle benchmark (`python -m cdc_tools.auto_cdc_cycle`): Spark's own
+"""The AUTO CDC peer of the cycle benchmark (`python -m cdc_tools.bench.auto_cdc`): Spark's own
 Declarative Pipelines AUTO CDC flows, on a real Connect server with Spark's in-memory row-level
 test table as their target, give every table exactly the rows its change sets give (computed in
 Python by bench_cycle's expectation), and the check says so when a target differs."""
@@ -12,9 +12,9 @@ from typing import Any
 
 import pytest
 
-from cdc_airflow import connect_server
-from cdc_tools import auto_cdc_cycle
-from cdc_tools.auto_cdc_cycle import AutoCdcCycleError
+from cdc_airflow.local import connect_server
+from cdc_tools.bench import auto_cdc as auto_cdc_cycle
+from cdc_tools.bench.auto_cdc import AutoCdcCycleError
 
 pytestmark = [pytest.mark.cli, pytest.mark.slow]
 

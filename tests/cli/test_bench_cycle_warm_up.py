@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 import yaml
 
-from cdc_tools.bench_cycle import CONN_ID, generate_table, warm_server
+from cdc_tools.bench.cycle import CONN_ID, generate_table, warm_server
 
 pytestmark = [pytest.mark.cli]
 

@@ -137,7 +137,7 @@ def test_run_prints_one_summary_line_with_counts(
     assert table_rows(workspace.paths("t").final, ["ID", "VALUE"]) == [(1, 2), (2, 1)]
     # The view's row and the alert's reasons read the same tables (local or on S3).
     from cdc_airflow.alerts import quarantine_reasons
-    from cdc_airflow.table_status import table_status
+    from cdc_airflow.view.status import table_status
 
     (config,) = workspace.configure(TABLE).values()
     row = table_status(config, [], paths=workspace.paths("t"))

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from cdc_airflow import connect_server
+from cdc_airflow.local import connect_server
 from tests.cli.cdc import cdc, start
 from tests.helpers import Workspace
 

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from cdc_airflow import connect_server
+from cdc_airflow.local import connect_server
 
 pytestmark = [pytest.mark.cli, pytest.mark.slow]
 

@@ -21,9 +21,9 @@ from cdc_airflow.backends import (
     SubmitBackend,
     object_store_environment,
 )
-from cdc_airflow.connect_server import free_port
-from cdc_airflow.dags import CdcStepOperator
-from cdc_airflow.local import connect_connection
+from cdc_airflow.local.connect_server import free_port
+from cdc_airflow.local.launcher import connect_connection
+from cdc_airflow.operator import CdcStepOperator
 from cdc_pipeline.jvm import connect_address
 from cdc_pipeline.steps import step_named
 from tests.helpers import Workspace
@@ -283,7 +283,7 @@ def test_the_local_launcher_makes_spark_default_a_connect_connection_to_its_serv
 ) -> None:
     from airflow.providers.apache.spark.hooks.spark_connect import SparkConnectHook
 
-    from cdc_airflow.local import LocalAirflow, spark_connection_from_environment
+    from cdc_airflow.local.launcher import LocalAirflow, spark_connection_from_environment
 
     local = LocalAirflow(tmp_path, tmp_path / "t.yaml", tmp_path, tmp_path, connect_port=15123)
     monkeypatch.setenv(

@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 
-from cdc_airflow.connect_server import free_port
-from cdc_airflow.local import connect_connection
+from cdc_airflow.local.connect_server import free_port
+from cdc_airflow.local.launcher import connect_connection
 from cdc_airflow.metrics import data_lag_seconds, step_metrics
 from spark_jobs.status.freshness import DataFreshness
 from tests.dags.test_connect_operator import ROW, context, operator

@@ -36,7 +36,7 @@ from typing import Any
 import psutil
 import yaml
 
-from cdc_airflow.connect_server import free_port, port_open
+from cdc_airflow.local.connect_server import free_port, port_open
 from cdc_pipeline.paths import project_root
 from tests import postgres, s3
 from tests.helpers import stop_process_group

@@ -12,8 +12,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, cast
 
-from cdc_airflow.connect_server import free_port
-from cdc_airflow.local import BIN, LocalAirflow
+from cdc_airflow.local.connect_server import free_port
+from cdc_airflow.local.launcher import BIN, LocalAirflow
 
 __all__ = ["BIN", "AirflowEnv", "free_port"]
 

@@ -23,7 +23,7 @@ from urllib.parse import quote
 import pytest
 import yaml
 
-from cdc_airflow.local import connect_connection
+from cdc_airflow.local.launcher import connect_connection
 from cdc_pipeline.paths import ObjectPath
 from cdc_tools.demo import queue_backfill
 from spark_jobs.runtime.storage import store_for
@@ -303,7 +303,7 @@ def test_scheduler_runs_an_overlapping_backfill_and_a_rest_triggered_run(
     value = json.loads(entry["value"]) if isinstance(entry["value"], str) else entry["value"]
     assert (value["counts"]["files_applied"], value["counts"]["changes"]) == (1, 1)
     # The tasks ran under the local deployment's executor, which imported their code before
-    # forking its workers (cdc_airflow/executor.py), and every module imported.
+    # forking its workers (cdc_airflow/local/executor.py), and every module imported.
     assert env.log_dir is not None
     scheduler_log = (env.log_dir / "scheduler.log").read_text()
     assert "imported the task code before forking workers" in scheduler_log
@@ -584,7 +584,7 @@ def test_the_local_api_server_listens_on_loopback_only_and_the_pools_exist(
 ) -> None:
     import socket
 
-    from cdc_airflow.local import json_rows
+    from cdc_airflow.local.launcher import json_rows
 
     env, _ = airflow
     if not env.processes:

@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 import yaml
 
-from cdc_airflow.local import connect_connection
+from cdc_airflow.local.launcher import connect_connection
 from cdc_pipeline.config import project_root
 from cdc_pipeline.jvm import connect_address
 from cdc_pipeline.paths import location_uri
@@ -160,7 +160,7 @@ def alerts_of(path: Path, table: str) -> list[dict[str, Any]]:
 def view_runs(env: OpsAirflow, dag_id: str) -> list[dict[str, Any]]:
     """The runs the CDC tables view reads for a DAG (its recent_runs, as JSON)."""
     code = (
-        "from cdc_airflow.table_status import _run_dict, recent_runs\n"
+        "from cdc_airflow.view.status import _run_dict, recent_runs\n"
         f"print(json.dumps([_run_dict(r) for r in recent_runs([{dag_id!r}])[{dag_id!r}]]))\n"
     )
     runs: list[dict[str, Any]] = _printed(env, code)
@@ -170,7 +170,7 @@ def view_runs(env: OpsAirflow, dag_id: str) -> list[dict[str, Any]]:
 def view_row(env: OpsAirflow, table: str) -> dict[str, Any]:
     """The CDC tables view's row of a table (its health and reasons among them), as JSON."""
     code = (
-        "from cdc_airflow.table_status import all_table_status\n"
+        "from cdc_airflow.view.status import all_table_status\n"
         f"print(json.dumps([s.as_dict() for s in all_table_status() if s.name == {table!r}]))\n"
     )
     (found,) = _printed(env, code)

@@ -20,9 +20,9 @@ from typing import Any
 import pytest
 import yaml
 
-from cdc_airflow.connect_server import free_port
-from cdc_airflow.local import connect_connection
-from cdc_airflow.runs import MetadataDB, wait_for_dag_runs
+from cdc_airflow.local.connect_server import free_port
+from cdc_airflow.local.launcher import connect_connection
+from cdc_airflow.local.runs import MetadataDB, wait_for_dag_runs
 from cdc_pipeline.jvm import connect_address
 from tests.e2e.test_airflow import land_hours, row
 from tests.helpers import Workspace, table_rows

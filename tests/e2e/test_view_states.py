@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from cdc_airflow.connect_server import free_port
+from cdc_airflow.local.connect_server import free_port
 from tests.cli.cdc import cdc
 from tests.e2e.browser import artifacts_folder, chromium
 from tests.e2e.test_airflow import row as airflow_row
@@ -93,9 +93,9 @@ def served(states: tuple[Workspace, datetime], monkeypatch: pytest.MonkeyPatch) 
     from airflow.api_fastapi.auth.managers.simple.user import SimpleAuthManagerUser
     from fastapi import FastAPI
 
-    from cdc_airflow import table_status
-    from cdc_airflow import tables_view as view
-    from cdc_airflow.table_status import RunPoint
+    from cdc_airflow.view import plugin as view
+    from cdc_airflow.view import status as table_status
+    from cdc_airflow.view.status import RunPoint
 
     _, now = states
     failed = RunPoint(

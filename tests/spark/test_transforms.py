@@ -188,7 +188,7 @@ def test_step_sessions_do_not_capture_a_call_site_per_column_call(spark) -> None
 def test_step_timing_counts_the_requests_sent_to_spark(spark) -> None:
     # The before/after tool's load-proof figure: a column list is one request or more (a py4j
     # call, a Connect AnalyzePlan), and nothing is counted once the block is left.
-    from cdc_tools.step_timing import driver_round_trips
+    from cdc_tools.bench.step_timing import driver_round_trips
     from spark_jobs.runtime.session import is_connect
 
     frame = spark.range(3)

@@ -14,7 +14,7 @@ import pyarrow.parquet as pq
 import pytest
 from deltalake import write_deltalake
 
-from cdc_airflow.runs import (
+from cdc_airflow.local.runs import (
     MetadataDB,
     RunRow,
     TaskRow,
@@ -23,7 +23,7 @@ from cdc_airflow.runs import (
     wait_for_dag_runs,
 )
 from cdc_pipeline.config import load_table_configs
-from cdc_tools.bench_cycle import (
+from cdc_tools.bench.cycle import (
     BenchCycleError,
     BenchTable,
     CycleSpec,

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from cdc_tools import bench
-from cdc_tools.bench import Measure, _interval, _millis, _union_ms
+from cdc_tools.bench import merges as bench
+from cdc_tools.bench.merges import Measure, _interval, _millis, _union_ms
 from cdc_tools.cli import main
 
 T0 = datetime(2026, 11, 26, 9, 0, tzinfo=UTC)

@@ -6,7 +6,7 @@ import json
 import re
 from pathlib import Path
 
-from cdc_tools import results_index
+from cdc_tools.bench import results_index
 
 ROOT = Path(__file__).resolve().parents[2]
 RESULTS = ROOT / results_index.RESULTS
@@ -15,7 +15,7 @@ RESULTS = ROOT / results_index.RESULTS
 def test_results_index_is_generated_from_the_current_result_files() -> None:
     committed = (ROOT / results_index.INDEX).read_text()
     assert committed == results_index.render(RESULTS), (
-        "benchmarks/results/README.md is stale: run `python -m cdc_tools.results_index --write`"
+        "benchmarks/results/README.md is stale: run `python -m cdc_tools.bench.results_index --write`"
     )
 
 

@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 import yaml
 
-from cdc_airflow.local import LocalAirflow
+from cdc_airflow.local.launcher import LocalAirflow
 
 REPO = Path(__file__).resolve().parents[2]
 AIRFLOW_SERVICES = [
@@ -152,7 +152,7 @@ def test_every_long_running_service_restarts_and_has_a_healthcheck() -> None:
         "CMD",
         "python",
         "-m",
-        "cdc_airflow.connect_server",
+        "cdc_airflow.local.connect_server",
         "--probe",
         "sc://127.0.0.1:15002",
     ]
@@ -181,7 +181,7 @@ def test_the_init_service_migrates_creates_the_admin_checks_the_connection_and_t
         "airflow users create --role Admin",
         '--password "$${AIRFLOW_ADMIN_PASSWORD}"',
         "airflow connections get spark_default",
-        "python -m cdc_airflow.local --print-pools > /tmp/cdc_pools.json",
+        "python -m cdc_airflow.local.launcher --print-pools > /tmp/cdc_pools.json",
         "airflow pools import /tmp/cdc_pools.json",
     ]
     positions = [script.index(step) for step in steps]
@@ -254,8 +254,8 @@ def test_spark_default_is_the_spark_connect_server_on_the_cluster(
     # The service runs the local launcher's own server: run its command line here up to the
     # exec, and check the spark-submit it would become.
     command = found["spark-connect"]["command"]
-    assert command[:4] == ["python", "-m", "cdc_airflow.connect_server", "--exec"]
-    from cdc_airflow import connect_server
+    assert command[:4] == ["python", "-m", "cdc_airflow.local.connect_server", "--exec"]
+    from cdc_airflow.local import connect_server
 
     became: list[list[str]] = []
 
@@ -402,7 +402,7 @@ def test_docker_compose_validates_the_file_with_the_example_env_filled(tmp_path:
 
 
 def test_a_users_spark_plugins_run_beside_the_connect_plugin() -> None:
-    from cdc_airflow import connect_server
+    from cdc_airflow.local import connect_server
 
     plugin = connect_server.PLUGIN_CLASS
     extra = {"spark.plugins": "com.example.Metrics, com.example.Audit"}

@@ -8,9 +8,9 @@ from typing import Any
 import pytest
 
 import spark_jobs
-from cdc_airflow import local as local_airflow
 from cdc_airflow.dag_files import DAG_FILES, write_dag_files
-from cdc_airflow.local import LocalAirflow
+from cdc_airflow.local import launcher as local_airflow
+from cdc_airflow.local.launcher import LocalAirflow
 from cdc_pipeline import paths
 from spark_jobs.runtime import session
 

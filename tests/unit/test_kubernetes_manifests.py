@@ -158,8 +158,8 @@ def test_the_values_deploy_the_light_install_with_celery_and_the_cdc_settings() 
 
 
 def spark_submit(arguments: list[str], monkeypatch: pytest.MonkeyPatch) -> list[str]:
-    """The spark-submit command line `python -m cdc_airflow.connect_server ARGS` execs."""
-    from cdc_airflow import connect_server
+    """The spark-submit command line `python -m cdc_airflow.local.connect_server ARGS` execs."""
+    from cdc_airflow.local import connect_server
 
     became: list[list[str]] = []
 
@@ -184,7 +184,9 @@ def test_the_connect_server_runs_the_compose_services_command(
     ours = container("spark-connect")
     theirs = compose_services()["spark-connect"]["command"]
     command = [arg.replace("$(POD_IP)", POD_IP) for arg in ours["command"]]
-    assert command[:4] == theirs[:4] == ["python", "-m", "cdc_airflow.connect_server", "--exec"]
+    assert (
+        command[:4] == theirs[:4] == ["python", "-m", "cdc_airflow.local.connect_server", "--exec"]
+    )
     k8s = spark_submit(command[3:], monkeypatch)
     compose = spark_submit(theirs[3:], monkeypatch)
     # The same program, master, jars and conf; only the address the executors call back differs.

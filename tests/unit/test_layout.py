@@ -39,7 +39,7 @@ LONG_FUNCTIONS = {
     "spark_jobs.staging.recovery.settle_unrecorded": 93,
     # one Spark `when` chain, the first problem wins, in the order of the docs
     # a benchmark case: stage, then the three ways of applying it
-    "cdc_tools.bench.run_case": 70,
+    "cdc_tools.bench.merges.run_case": 70,
     # a benchmark cycle through Airflow, measured step by step
     # the generator's change mix of one hour, as one Spark plan
     "cdc_tools.generator._hour_changes": 80,
@@ -51,7 +51,7 @@ LONG_FUNCTIONS = {
 # entry; a new one fails the test.
 POSITIONAL_FLAGS = {
     # replaces Airflow's WatchedSubprocess._service_subprocess: it keeps Airflow's signature
-    "cdc_airflow.executor.notice_exit_at_once._service_subprocess": ("raise_on_timeout",),
+    "cdc_airflow.local.executor.notice_exit_at_once._service_subprocess": ("raise_on_timeout",),
 }
 WIDE_SIGNATURES: dict[str, int] = {}
 

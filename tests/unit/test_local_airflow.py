@@ -15,8 +15,8 @@ from typing import Any
 import pytest
 import yaml
 
-from cdc_airflow import local as local_airflow
-from cdc_airflow.local import LocalAirflow, write_private
+from cdc_airflow.local import launcher as local_airflow
+from cdc_airflow.local.launcher import LocalAirflow, write_private
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -157,7 +157,7 @@ def test_start_services_runs_the_api_server_with_its_host(
 
 def test_print_pools_is_what_the_compose_init_service_imports(tmp_path: Path) -> None:
     result = subprocess.run(
-        [sys.executable, "-m", "cdc_airflow.local", "--print-pools"],
+        [sys.executable, "-m", "cdc_airflow.local.launcher", "--print-pools"],
         env={**os.environ, "CDC_CONFIG": str(config(tmp_path / "t.yaml"))},
         capture_output=True,
         text=True,
@@ -170,7 +170,7 @@ def test_print_pools_is_what_the_compose_init_service_imports(tmp_path: Path) ->
 def test_the_local_deployment_runs_the_preloading_executor_and_every_preload_imports(
     tmp_path: Path,
 ) -> None:
-    from cdc_airflow.executor import PRELOADED, PreloadingLocalExecutor, preload
+    from cdc_airflow.local.executor import PRELOADED, PreloadingLocalExecutor, preload
 
     local = LocalAirflow(tmp_path / "home", tmp_path / "tables.yaml", tmp_path, tmp_path)
     path = local.environment()["AIRFLOW__CORE__EXECUTOR"]
@@ -188,7 +188,7 @@ def test_a_task_process_builds_its_dag_with_nothing_left_to_import() -> None:
     # And the config is validated before the fork: the task's DAG parse validates nothing.
     script = """
 import os, sys
-from cdc_airflow.executor import preload, preparse_config
+from cdc_airflow.local.executor import preload, preparse_config
 from cdc_pipeline.config import loader
 assert preload() == []
 preparse_config()
@@ -215,7 +215,7 @@ def test_the_executor_runs_its_task_processes_and_queues_the_other_tasks_behind_
 ) -> None:
     from airflow.executors.local_executor import LocalExecutor
 
-    from cdc_airflow.executor import PreloadingLocalExecutor
+    from cdc_airflow.local.executor import PreloadingLocalExecutor
 
     env = LocalAirflow(tmp_path / "home", tmp_path / "t.yaml", tmp_path, tmp_path).environment()
     # The scheduler hands over 4 tasks; 2 run, 2 wait for a free process.
@@ -251,7 +251,7 @@ def test_the_supervisor_sees_its_task_process_exit_when_it_happens_not_at_its_ne
     import psutil
     from airflow.sdk.execution_time.supervisor import PsutilTracker, WatchedSubprocess
 
-    from cdc_airflow.executor import notice_exit_at_once
+    from cdc_airflow.local.executor import notice_exit_at_once
 
     class Supervised:
         """What the supervisor's wait uses of itself: a task process whose pipes have all closed

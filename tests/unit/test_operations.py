@@ -302,7 +302,7 @@ def test_quarantine_check_warns_or_fails_with_the_reasons(
         "table t: stage quarantined 3 of 4 rows (75.0%), more than max_quarantine_fraction "
         "0.25; reasons: 2 x null key; 1 x bad flag"
     )
-    # warn: the run's check task will fail with the alert (dags.CdcStepOperator.execute).
+    # warn: the run's check task will fail with the alert (operator.CdcStepOperator.execute).
     assert pushed == {QUARANTINE_BREACH_XCOM: warned["message"]}
     pushed.clear()
     with pytest.raises(QuarantineLimitExceeded, match=r"quarantined 3 of 4 rows .* 2 x null key"):

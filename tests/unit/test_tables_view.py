@@ -19,9 +19,9 @@ from deltalake import write_deltalake
 from fastapi import FastAPI
 from fastapi.testclient import TestClient
 
-from cdc_airflow import table_status
-from cdc_airflow import tables_view as view
-from cdc_airflow.table_status import RunPoint, freshness_of, read_check, run_point
+from cdc_airflow.view import plugin as view
+from cdc_airflow.view import status as table_status
+from cdc_airflow.view.status import RunPoint, freshness_of, read_check, run_point
 from cdc_pipeline.config import load_table_configs
 from cdc_pipeline.paths import TablePaths
 

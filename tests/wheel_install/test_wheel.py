@@ -31,8 +31,8 @@ from typing import Any
 import pytest
 import yaml
 
-from cdc_airflow.connect_server import free_port, port_open
-from cdc_airflow.local import connect_connection
+from cdc_airflow.local.connect_server import free_port, port_open
+from cdc_airflow.local.launcher import connect_connection
 from cdc_pipeline.jvm import connect_address
 from tests.helpers import Workspace, table_rows
 from tests.wheel_install.wheel_venv import (
@@ -163,7 +163,7 @@ class Installed:
     def start_server(self) -> None:
         """Start the Connect server in its own process group (the JVM starts meanwhile)."""
         self.server_port = free_port()
-        command = [self.python, "-m", "cdc_airflow.connect_server", "--exec"]
+        command = [self.python, "-m", "cdc_airflow.local.connect_server", "--exec"]
         with self.server_log.open("w") as log:
             self.server = subprocess.Popen(
                 [*command, "--port", str(self.server_port)],
@@ -184,7 +184,7 @@ class Installed:
             )
             time.sleep(1)
         url = f"sc://127.0.0.1:{self.server_port}"
-        self.run(self.python, "-m", "cdc_airflow.connect_server", "--probe", url)
+        self.run(self.python, "-m", "cdc_airflow.local.connect_server", "--probe", url)
         return url
 
     def stop_server(self) -> None:
@@ -229,7 +229,7 @@ def test_the_wheel_holds_every_module_the_log4j_file_and_the_entry_points(
     entry_points = wheel_metadata(installed.wheel, "entry_points.txt")
     assert "cdc = cdc_tools.cli:console_main" in entry_points
     assert "provider_info = cdc_airflow.provider:get_provider_info" in entry_points
-    assert "cdc_tables = cdc_airflow.tables_view:CdcTablesPlugin" in entry_points
+    assert "cdc_tables = cdc_airflow.view.plugin:CdcTablesPlugin" in entry_points
 
 
 def test_every_module_imports_from_the_venv_outside_the_checkout(installed: Installed) -> None:
@@ -373,7 +373,7 @@ def test_the_light_install_has_only_the_connect_client_and_classic_spark_says_wh
     (line,) = result.stderr.strip().splitlines()
     assert "`cdc-lakehouse[spark]`" in line and "CDC_SPARK_REMOTE" in line, line
     # Nor can it run a Connect server of its own (`make airflow`'s, the image's).
-    server = [light.python, "-m", "cdc_airflow.connect_server", "--exec", "--port", "1"]
+    server = [light.python, "-m", "cdc_airflow.local.connect_server", "--exec", "--port", "1"]
     result = subprocess.run(
         server, env=light.env, cwd=light.work, capture_output=True, text=True, timeout=120
     )

@@ -504,7 +504,7 @@ SDP_TARGET = "cdc_bench_auto_cdc_target"
 def _run_auto_cdc_pipeline(spark: SparkSession, source: str, storage: str) -> float:
     """One run of a pipeline with one AUTO CDC flow from the Delta table at `source` into
     SDP_TARGET, a Delta table (seconds taken)."""
-    from cdc_tools.auto_cdc_cycle import Flow, run_flows
+    from cdc_tools.bench.auto_cdc import Flow, run_flows
 
     flow = Flow(SDP_TARGET, source, ("ID",), "TS", format="delta")
     return run_flows(spark, "spark_catalog", "default", [flow], storage)

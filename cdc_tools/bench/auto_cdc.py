@@ -1,7 +1,7 @@
 """Spark Declarative Pipelines' AUTO CDC on the scheduling cycle's change sets: the peer of
 `cdc bench-cycle` (one pipeline, one AUTO CDC flow per table).
 
-    python -m cdc_tools.auto_cdc_cycle --tables 65 --changes 300
+    python -m cdc_tools.bench.auto_cdc --tables 65 --changes 300
 
 Spark 4.2's AUTO CDC keeps its target with DataSource V2 row-level operations (MERGE), which no
 table format this project can load on Spark 4.2 offers: delta-spark 4.4.0 refuses with
@@ -35,7 +35,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from cdc_tools.bench_cycle import (
+from cdc_tools.bench.cycle import (
     EVENT_COLUMNS,
     UPSERT_COLUMNS,
     BenchTable,
@@ -271,7 +271,7 @@ def run(tables: int, changes: int, output: Path, *, warm: bool = True) -> dict[s
     figures with the machine's load before, also written to `output`/latest.json."""
     from pyspark.sql.connect.session import SparkSession as ConnectSession
 
-    from cdc_airflow import connect_server
+    from cdc_airflow.local import connect_server
 
     load = load_now()
     output.mkdir(parents=True, exist_ok=True)
@@ -288,7 +288,7 @@ def run(tables: int, changes: int, output: Path, *, warm: bool = True) -> dict[s
         server.stop()
         shutil.rmtree(work, ignore_errors=True)
     result = {
-        "command": f"python -m cdc_tools.auto_cdc_cycle --tables {tables} --changes {changes}",
+        "command": f"python -m cdc_tools.bench.auto_cdc --tables {tables} --changes {changes}",
         "tables": tables,
         "changes": changes,
         "target": f"Spark's in-memory row-level table ({CATALOG_CLASS}): nothing written",
@@ -324,7 +324,7 @@ def summary(result: dict[str, Any]) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m cdc_tools.auto_cdc_cycle")
+    parser = argparse.ArgumentParser(prog="python -m cdc_tools.bench.auto_cdc")
     parser.add_argument("--tables", type=int, default=65)
     parser.add_argument("--changes", type=int, default=300, help="changes per table and run")
     parser.add_argument("--output", type=Path, default=Path("bench-results/auto-cdc-cycle"))

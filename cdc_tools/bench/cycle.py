@@ -33,8 +33,8 @@ from typing import Any, Literal
 
 import yaml
 
-from cdc_airflow.local import LOCAL_SPARK, LocalAirflow
-from cdc_airflow.runs import MetadataDB, RunRow, TaskRow, wait_for_dag_runs
+from cdc_airflow.local.launcher import LOCAL_SPARK, LocalAirflow
+from cdc_airflow.local.runs import MetadataDB, RunRow, TaskRow, wait_for_dag_runs
 from cdc_pipeline.intervals import HourBatch
 from cdc_tools.kafka_broker import KafkaBroker, start_broker
 

@@ -1,7 +1,7 @@
 """Time `stage` and `overwrite-final` alone at the bench's shape, for before/after comparisons.
 
-    python -m cdc_tools.step_timing --rows 5000000 --touched 5 --repeats 5
-    python -m cdc_tools.step_timing --rows 5000000 --touched 1 --repeats 10 --call-sites paired
+    python -m cdc_tools.bench.step_timing --rows 5000000 --touched 5 --repeats 5
+    python -m cdc_tools.bench.step_timing --rows 5000000 --touched 1 --repeats 10 --call-sites paired
 
 Builds the bench's final table once, then per run lands a fresh change set (the bench's: 85%
 updates, 5% partition moves, 5% inserts, 5% key-only deletes in `--touched` partitions), copies
@@ -64,7 +64,7 @@ def driver_round_trips(*, connect: bool) -> Iterator[list[int]]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m cdc_tools.step_timing")
+    parser = argparse.ArgumentParser(prog="python -m cdc_tools.bench.step_timing")
     parser.add_argument("--rows", type=int, default=5_000_000)
     parser.add_argument("--touched", type=int, default=1, help="partitions touched (of 100)")
     parser.add_argument("--changes", type=int, default=20_000)
@@ -79,7 +79,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     os.environ.setdefault("CDC_SPARK_UI", "false")
 
-    from cdc_tools import bench
+    from cdc_tools.bench import merges as bench
     from spark_jobs.runtime.session import build_spark_session, is_connect
 
     spark = build_spark_session("cdc-step-timing")
@@ -142,7 +142,7 @@ def one_run(spark: Any, spec: Any, base: Path, case: Path, touched: int) -> dict
     """Land a fresh change set, copy the base table, stage and apply it; times and requests."""
     from cdc_pipeline.intervals import Interval
     from cdc_pipeline.paths import TablePaths
-    from cdc_tools import bench
+    from cdc_tools.bench import merges as bench
     from spark_jobs.overwrite_final import run_overwrite_final
     from spark_jobs.runtime.context import StepContext
     from spark_jobs.runtime.session import is_connect

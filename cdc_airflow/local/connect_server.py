@@ -2,7 +2,7 @@
 
 One warm Spark for every step: `make airflow`, `make demo` and the tests start it here, and the
 steps connect to it as thin clients (`sc://127.0.0.1:PORT`) instead of starting a JVM each.
-`python -m cdc_airflow.connect_server --port 15002` runs one in the foreground.
+`python -m cdc_airflow.local.connect_server --port 15002` runs one in the foreground.
 """
 
 from __future__ import annotations
@@ -289,7 +289,7 @@ def start(
 def main(argv: list[str] | None = None) -> int:
     """Run a server in the foreground until Ctrl-C or SIGTERM (`--exec`: become it, as a
     container's main process does); `--probe URL`: exit 0 when a server's executors answer."""
-    parser = argparse.ArgumentParser(prog="python -m cdc_airflow.connect_server")
+    parser = argparse.ArgumentParser(prog="python -m cdc_airflow.local.connect_server")
     parser.add_argument("--port", type=int, default=DEFAULT_PORT)
     parser.add_argument("--host", default=BIND_ADDRESS, help="address to bind (0.0.0.0: all)")
     parser.add_argument("--master", default=os.environ.get("CDC_SPARK_MASTER") or "local[2]")

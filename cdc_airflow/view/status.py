@@ -24,7 +24,7 @@ from cdc_pipeline.health import Health, table_health
 from cdc_pipeline.paths import Location, TablePaths
 from cdc_pipeline.steps import ERROR_XCOM, QUARANTINE_BREACH_PREFIX, count_task_ids
 from spark_jobs.runtime.storage import arrow_files, store_for
-from spark_jobs.status.freshness import DataFreshness, data_freshness
+from spark_jobs.status.freshness import DataFreshness, Freshness, data_freshness, data_freshness_of
 from spark_jobs.status.table_health import health_facts, unreadable_table
 
 log = logging.getLogger(__name__)
@@ -76,23 +76,6 @@ class CheckResult:
     def first_breach(self) -> str | None:
         """The breach the view shows (the file lists them all)."""
         return self.breaches[0] if self.breaches else None
-
-
-@dataclass(frozen=True)
-class Freshness:
-    """How far behind a table is, and whether it missed its deadline.
-
-    Measured by the data when it can be read (`data`): behind is the age of the oldest file
-    landed but not applied (0 when every landed file is applied), the deadline that file's
-    landing time plus `freshness`; a file outside the late-arrival window is overdue at once.
-    Otherwise by the runs: now minus the last successful interval's end.
-    """
-
-    last_success_end: datetime | None
-    hours_behind: float | None
-    deadline: datetime | None  # None: no limit, or nothing waiting
-    overdue: bool
-    data: DataFreshness | None = None
 
 
 @dataclass(frozen=True)
@@ -228,22 +211,6 @@ def next_interval_end(cron: str, after: datetime) -> datetime:
     from croniter import croniter
 
     return croniter(cron, after.astimezone(UTC)).get_next(datetime).astimezone(UTC)
-
-
-def data_freshness_of(
-    table: TableConfig, last_success_end: datetime | None, data: DataFreshness
-) -> Freshness:
-    """Freshness by the data: see Freshness."""
-    limit = table.freshness
-    waiting = data.waiting_hours
-    behind = waiting if waiting is not None else (0.0 if data.files_applied else None)
-    deadline = None
-    if limit and data.oldest_change is not None:
-        deadline = data.oldest_change + limit.delta
-    overdue = data.files_outside_window > 0 or (
-        deadline is not None and data.measured_at > deadline
-    )
-    return Freshness(last_success_end, behind, deadline, overdue, data)
 
 
 def freshness_of(table: TableConfig, last_success_end: datetime | None, now: datetime) -> Freshness:

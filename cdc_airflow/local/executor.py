@@ -22,7 +22,7 @@ next task. Patched here (`notice_exit_at_once`): with no pipe left it waits for 
 itself, which returns the moment the process ends. Together the two keep the task processes
 from idling between tasks (the figures: docs/performance-log.md).
 
-Use it as `AIRFLOW__CORE__EXECUTOR=cdc_airflow.executor.PreloadingLocalExecutor` (the local
+Use it as `AIRFLOW__CORE__EXECUTOR=cdc_airflow.local.executor.PreloadingLocalExecutor` (the local
 deployment does, with 2 task processes and parallelism 4); with another start method than fork
 it preloads nothing.
 """
@@ -46,6 +46,7 @@ PRELOADED = (
     "pyspark.sql.connect.session",
     "airflow.sdk.execution_time.task_runner",
     "cdc_airflow.dags",
+    "cdc_airflow.operator",
     # The config's partition expressions are checked with sqlglot's Spark dialect, which sqlglot
     # imports on first use: 0.15-0.2 s of every task's DAG parse when not imported here.
     "sqlglot.dialects.spark",

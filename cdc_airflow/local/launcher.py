@@ -23,9 +23,9 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from cdc_airflow.connect_server import ConnectServer, free_port
-from cdc_airflow.connect_server import start as start_connect_server
 from cdc_airflow.dag_files import write_dag_files
+from cdc_airflow.local.connect_server import ConnectServer, free_port
+from cdc_airflow.local.connect_server import start as start_connect_server
 from cdc_pipeline.config import project_root
 from cdc_pipeline.jvm import connect_address
 from cdc_pipeline.paths import Location, source_checkout
@@ -89,7 +89,7 @@ def pool_name(table_name: str) -> str:
 def table_pools(config: Path | None = None) -> dict[str, dict[str, Any]]:
     """One pool per valid config row (`cdc_<name>`, 1 slot), as `airflow pools import` reads them.
 
-    Also `python -m cdc_airflow.local --print-pools` (the compose init service).
+    Also `python -m cdc_airflow.local.launcher --print-pools` (the compose init service).
     """
     from cdc_pipeline.config import load_table_configs
 
@@ -195,10 +195,10 @@ class LocalAirflow:
             AIRFLOW__CORE__LOAD_EXAMPLES="False",
             # SQLite allows one writer: wait up to 60 s for a lock instead of failing at once.
             AIRFLOW__DATABASE__SQL_ALCHEMY_CONN=f"sqlite:///{self.home}/airflow.db?timeout=60",
-            # LocalExecutor, its workers forked with the task code imported (cdc_airflow/executor.py)
-            AIRFLOW__CORE__EXECUTOR="cdc_airflow.executor.PreloadingLocalExecutor",
+            # LocalExecutor, its workers forked with the task code imported (cdc_airflow/local/executor.py)
+            AIRFLOW__CORE__EXECUTOR="cdc_airflow.local.executor.PreloadingLocalExecutor",
             # 2 task processes (2 cores: more only contend), each with a task queued behind it
-            # that starts when it is free, not at the scheduler's next loop (cdc_airflow/executor.py)
+            # that starts when it is free, not at the scheduler's next loop (cdc_airflow/local/executor.py)
             AIRFLOW__CORE__PARALLELISM=str(2 * TASK_PROCESSES),
             AIRFLOW__CDC__TASK_PROCESSES=str(TASK_PROCESSES),
             AIRFLOW__CORE__EXECUTION_API_SERVER_URL=f"{self.url}/execution/",
@@ -213,7 +213,7 @@ class LocalAirflow:
             # and then notices it only at its next heartbeat: 5 s by default, during which the
             # executor slot stays taken (17-27 of a 65-table cycle's 130 tasks; 0.7-1.1 s per task).
             # Every second instead: at most 1 s, for one more small API call per second per task.
-            # (The executor now sees such an exit at once, cdc_airflow/executor.py; this bounds the
+            # (The executor now sees such an exit at once, cdc_airflow/local/executor.py; this bounds the
             # wait where its patch of the supervisor does not apply.)
             AIRFLOW__WORKERS__MIN_HEARTBEAT_INTERVAL="1",
             AIRFLOW__DAG_PROCESSOR__REFRESH_INTERVAL="5",
@@ -354,7 +354,7 @@ class LocalAirflow:
         """Wait until the dag-processor has serialized every DAG in `dag_ids` (it parses the DAG
         folder when it starts), and with `with_next_run` until each has its next scheduled run;
         returns each DAG's next run. A DAG file that fails to import is reported at once."""
-        from cdc_airflow.runs import MetadataDB
+        from cdc_airflow.local.runs import MetadataDB
 
         db = MetadataDB(self.home / "airflow.db")
         deadline = time.monotonic() + timeout

@@ -1,14 +1,14 @@
 """benchmarks/results/README.md, generated from the result files: one line per result.
 
 benchmarks/results/ holds the results the docs cite, as the tools wrote them: `cdc bench`'s
-JSON, `cdc bench-cycle`'s and `python -m cdc_tools.auto_cdc_cycle`'s, each named
+JSON, `cdc bench-cycle`'s and `python -m cdc_tools.bench.auto_cdc`'s, each named
 `<date>-<kind>[-<what>].json` (the date the JSON records, else the day it was added), and a
 plot as the same name's `.png`. The index lists them newest first with their kind, mode and
 headline figures, read from the files; `tests/unit/test_benchmark_results.py` regenerates it
 and fails when the committed index differs, so a result added without `--write` is caught.
 
-    python -m cdc_tools.results_index            # print the index
-    python -m cdc_tools.results_index --write    # replace benchmarks/results/README.md
+    python -m cdc_tools.bench.results_index            # print the index
+    python -m cdc_tools.bench.results_index --write    # replace benchmarks/results/README.md
 """
 
 from __future__ import annotations
@@ -36,8 +36,8 @@ METHODS = {
 HEADER = """\
 # Benchmark results
 
-<!-- Generated from the JSON files of this folder by cdc_tools/results_index.py: do not edit.
-     Add a result as below, then run `python -m cdc_tools.results_index --write`. -->
+<!-- Generated from the JSON files of this folder by cdc_tools/bench/results_index.py: do not edit.
+     Add a result as below, then run `python -m cdc_tools.bench.results_index --write`. -->
 
 Every result the docs cite, as the tool wrote it, newest first. The current figures and the
 commands that regenerate them are on [Performance](../../docs/performance.md); what each run
@@ -45,11 +45,11 @@ measured, and why, is in the [performance log](../../docs/performance-log.md).
 
 Adding a result: `cdc bench` writes `bench-results/latest.json` (and `latest.png`),
 `cdc bench-cycle` `bench-results/cycle/latest.json` (and `latest.png`), and
-`python -m cdc_tools.auto_cdc_cycle` `bench-results/auto-cdc-cycle/latest.json`. Copy the file
+`python -m cdc_tools.bench.auto_cdc` `bench-results/auto-cdc-cycle/latest.json`. Copy the file
 here as `<date>-<kind>[-<what>].json`, the date the JSON records (`created` or `started_at`;
 the day of the run when it records none) and a word or two for what the run compared
 (`2026-11-28-bench-connect-one-task-1.json`), its plot as the same name's `.png`, run
-`python -m cdc_tools.results_index --write` and link the file from the page that cites it.
+`python -m cdc_tools.bench.results_index --write` and link the file from the page that cites it.
 
 Modes: `classic` is a Spark session in the bench's own process (`local[*]`), `connect` a client
 of a Spark Connect server; a cycle's server is `warm` (it served the tables once before the
