@@ -27,7 +27,7 @@ from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
 from airflow.sdk import BaseHook
@@ -45,6 +45,9 @@ from cdc_pipeline.errors import (
 )
 from cdc_pipeline.jvm import connect_address
 from cdc_pipeline.steps import Step
+
+if TYPE_CHECKING:
+    from spark_jobs.runtime.entry import StepPlan
 
 log = logging.getLogger(__name__)
 OBJECT_STORE_CONN_ID = "cdc_object_store"
@@ -217,44 +220,41 @@ class ConnectBackend:
         if call.step.kind == "tables":  # check: its own arguments, one line per table
             return self.run_check(call)
         from spark_jobs.runtime.args import parse_step_args
-        from spark_jobs.runtime.entry import load_body, perform
+        from spark_jobs.runtime.entry import load_body, perform, plan_step
         from spark_jobs.runtime.report import summary_payload
 
-        args = parse_step_args(call.step, call.arguments, call.config_path)
-        noop = self.noop_report(call, args)
+        try:  # parsed and checked once: the no-op test and the step get the same plan
+            plan = plan_step(
+                parse_step_args(call.step, call.arguments, call.config_path), call.step.name
+            )
+            noop = self.noop_report(call, plan)
+        except PERMANENT_ERRORS as error:
+            raise permanent(call, error) from error
         if noop is not None:
             return noop
         factory = self.session_factory(call.conn_id) if call.step.needs_spark else None
         with self.holding_session():
             try:
-                report = perform(args, call.step.name, load_body(call.step), factory)
+                report = perform(plan, load_body(call.step), factory)
             except PERMANENT_ERRORS as error:
                 raise permanent(call, error) from error
         return summary_payload(report)
 
-    def noop_report(self, call: StepCall, args: Any) -> dict[str, Any] | None:
+    def noop_report(self, call: StepCall, plan: StepPlan) -> dict[str, Any] | None:
         """The no-op report of an interval step with no landed file and no staged batch."""
-        if call.step.kind != "interval":
+        interval = plan.args.interval
+        if call.step.kind != "interval" or interval is None:
             return None
-        from cdc_pipeline.config import load_table_configs
-        from cdc_pipeline.paths import TablePaths
         from spark_jobs.runtime.report import noop_report, summary_payload
         from spark_jobs.status.pending_work import files_outside_window, interval_has_work
 
-        try:
-            table = load_table_configs(args.config).table(args.table)
-            interval = args.interval()
-            paths = TablePaths.for_table(table.name)
-            if interval_has_work(paths, table, interval):
-                return None
-            # Files outside the window are counted on a no-op stage too: its alert fires on
-            # every run while any remain.
-            outside = (
-                files_outside_window(paths, table, interval) if call.step.name == "stage" else 0
-            )
-        except PERMANENT_ERRORS as error:
-            raise permanent(call, error) from error
-        report = noop_report(call.step.name, table.name, interval)
+        if interval_has_work(plan.paths, plan.table, interval):
+            return None
+        # Files outside the window are counted on a no-op stage too: its alert fires on every
+        # run while any remain.
+        stage = call.step.name == "stage"
+        outside = files_outside_window(plan.paths, plan.table, interval) if stage else 0
+        report = noop_report(call.step.name, plan.table.name, interval)
         if outside:
             report.result.files_outside_window = outside
         return summary_payload(report)

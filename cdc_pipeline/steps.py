@@ -41,6 +41,9 @@ class Step:
     # In a DAG it fails (no retry) when the run's stage went past max_quarantine_fraction with
     # quarantine_action warn, due or not: the run ends in a visible warning state.
     fails_on_quarantine_breach: bool = False
+    # Its --start/--end only label its summary (optional on the command line): it applies every
+    # staged change not applied yet, whatever the interval.
+    interval_is_label: bool = False
 
     @property
     def body(self) -> str:
@@ -66,10 +69,11 @@ STEPS: tuple[Step, ...] = (
         "overwrite-final",
         "overwrite_final",
         "interval",
-        "rewrite the final partitions the interval's changes touch",
+        "rewrite the final partitions the staged changes not applied yet touch",
         pooled=True,
         writes_final=True,
         reports_counts=True,
+        interval_is_label=True,
     ),
     Step(
         "reset-staging",

@@ -49,7 +49,7 @@ def build_parser() -> argparse.ArgumentParser:
         if step.kind == "tables":
             add_check_arguments(command)
         else:
-            add_step_arguments(command, step.kind)
+            add_step_arguments(command, step.kind, interval_is_label=step.interval_is_label)
         if step.name == RUN.steps[-1]:
             add_step_arguments(commands.add_parser(RUN.name, help=RUN.help), "interval")
     _add_bench_commands(commands)
@@ -243,7 +243,7 @@ def run_both(args) -> int:  # type: ignore[no-untyped-def]
         reported = {
             name: load_body(step_named(name))(context, step_args).counts for name in RUN.steps
         }
-        interval = str(step_args.interval())
+        interval = str(step_args.required_interval())
         picked = CompositeCounts(RUN.counts(reported))
         return StepReport(RUN.name, context.table.name, interval, picked)
 
@@ -535,9 +535,12 @@ def dispatch(namespace: argparse.Namespace) -> int:
         code = run_bench_cycle_command(namespace)
     else:
         from spark_jobs.runtime.args import step_args_from
-        from spark_jobs.runtime.entry import execute, load_body
+        from spark_jobs.runtime.entry import execute, load_body, usage_failure
 
-        args = step_args_from(namespace)
+        try:
+            args = step_args_from(namespace)
+        except UsageError as error:  # a bad interval: before any config or Spark
+            return usage_failure(namespace.command, error)
         if namespace.command == RUN.name:
             code = run_both(args)
         else:

@@ -578,11 +578,14 @@ def history_seed(context: StepContext, columns: Sequence[str]) -> DataFrame | No
     return result
 
 
-def run_overwrite_final(context: StepContext, interval: Interval) -> StepReport[OverwriteCounts]:
+def run_overwrite_final(
+    context: StepContext, interval: Interval | None = None
+) -> StepReport[OverwriteCounts]:
     """Apply every staged change final has not applied yet (whatever hour folder or run it came
-    from), then mark its file versions applied."""
+    from), then mark its file versions applied. `interval` only labels the report."""
     table, paths = context.table, context.paths
-    report = StepReport("overwrite-final", table.name, str(interval), OverwriteCounts())
+    label = str(interval) if interval is not None else ""
+    report = StepReport("overwrite-final", table.name, label, OverwriteCounts())
     # The ledger before staging: every file version it lists as staged has its rows in the
     # staging snapshot read next (stage commits staging before the ledger).
     pending = applied.pending_files(paths, whole_extracts=table.change_format == "snapshot")
@@ -695,7 +698,7 @@ def _count_changes(staging: delta.Snapshot, pending: applied.Pending, changes: D
 
 def overwrite_final_step(context: StepContext, args: StepArgs) -> StepReport[OverwriteCounts]:
     """`cdc overwrite-final` body."""
-    return run_overwrite_final(context, args.interval())
+    return run_overwrite_final(context, args.interval)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -107,7 +107,7 @@ def _stage_attempt(context: StepContext, interval: Interval) -> StepReport[Stage
 
 def stage_step(context: StepContext, args: StepArgs) -> StepReport[StageCounts]:
     """`cdc stage` body."""
-    return run_stage(context, args.interval())
+    return run_stage(context, args.required_interval())
 
 
 def main(argv: Sequence[str] | None = None) -> int:

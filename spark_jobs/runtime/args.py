@@ -16,25 +16,25 @@ from cdc_pipeline.paths import Location, as_location
 from cdc_pipeline.steps import ArgumentKind, Step
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class StepArgs:
-    """Arguments of one step run: the table, the interval (when the step has one), the config."""
+    """Arguments of one step run, parsed and checked once: the table, the config, the interval
+    (when the step has one; parsed from --start/--end before any session starts)."""
 
     table: str
     config: Path | None = None
-    start: str | None = None
-    end: str | None = None
+    interval: Interval | None = None
     retention_hours: int | None = None
     force: bool = False
     at: str | None = None
     output: Location | None = None
     limit: int | None = None
 
-    def interval(self) -> Interval:
-        """The data interval [start, end)."""
-        if self.start is None or self.end is None:
+    def required_interval(self) -> Interval:
+        """The data interval [start, end) of a step that reads by interval."""
+        if self.interval is None:
             raise UsageError("--start and --end are required")
-        return Interval.parse(self.start, self.end)
+        return self.interval
 
 
 def add_check_arguments(parser: argparse.ArgumentParser) -> None:
@@ -43,13 +43,24 @@ def add_check_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--config", type=Path, default=argparse.SUPPRESS, help="config table file")
 
 
-def add_step_arguments(parser: argparse.ArgumentParser, kind: ArgumentKind) -> None:
-    """The arguments of a step of `kind` (shared by `cdc` and the spark-submit entries)."""
+def add_step_arguments(
+    parser: argparse.ArgumentParser, kind: ArgumentKind, *, interval_is_label: bool = False
+) -> None:
+    """The arguments of a step of `kind` (shared by `cdc` and the spark-submit entries).
+
+    `interval_is_label`: --start/--end are optional and only name the run in its summary (the
+    step applies whatever is pending, whatever the interval)."""
     parser.add_argument("table", help="table name (a row of the config table)")
     parser.add_argument("--config", type=Path, default=argparse.SUPPRESS, help="config table file")
     if kind == "interval":
-        parser.add_argument("--start", required=True, help="interval start, ISO 8601 (inclusive)")
-        parser.add_argument("--end", required=True, help="interval end, ISO 8601 (exclusive)")
+        label = " (optional: it only labels the summary)" if interval_is_label else ""
+        required = not interval_is_label
+        parser.add_argument(
+            "--start", required=required, help=f"interval start, ISO 8601 (inclusive){label}"
+        )
+        parser.add_argument(
+            "--end", required=required, help=f"interval end, ISO 8601 (exclusive){label}"
+        )
     if kind == "vacuum":
         parser.add_argument("--retention-hours", type=int, default=None, help="default: the row's")
         parser.add_argument("--force", action="store_true", help="allow a retention below 168 h")
@@ -68,13 +79,21 @@ def add_step_arguments(parser: argparse.ArgumentParser, kind: ArgumentKind) -> N
         parser.add_argument("--limit", type=int, default=None, help="rows to print (default 20)")
 
 
+def interval_from(start: str | None, end: str | None) -> Interval | None:
+    """The interval of --start/--end (None without both); a bad one fails here, once."""
+    if start is None and end is None:
+        return None
+    if start is None or end is None:
+        raise UsageError("--start and --end go together: give both or neither")
+    return Interval.parse(start, end)
+
+
 def step_args_from(namespace: argparse.Namespace) -> StepArgs:
-    """StepArgs from parsed arguments."""
+    """StepArgs from parsed arguments (UsageError for a bad interval)."""
     return StepArgs(
         table=namespace.table,
         config=getattr(namespace, "config", None),
-        start=getattr(namespace, "start", None),
-        end=getattr(namespace, "end", None),
+        interval=interval_from(getattr(namespace, "start", None), getattr(namespace, "end", None)),
         retention_hours=getattr(namespace, "retention_hours", None),
         force=getattr(namespace, "force", False),
         at=getattr(namespace, "at", None),
@@ -86,6 +105,6 @@ def step_args_from(namespace: argparse.Namespace) -> StepArgs:
 def parse_step_args(step: Step, argv: Sequence[str], config: Path | None = None) -> StepArgs:
     """StepArgs from a step's argv (as spark-submit would get it) and a config path."""
     parser = argparse.ArgumentParser(prog=step.name)
-    add_step_arguments(parser, step.kind)
+    add_step_arguments(parser, step.kind, interval_is_label=step.interval_is_label)
     args = step_args_from(parser.parse_args(list(argv)))
     return args if args.config is not None or config is None else replace(args, config=config)

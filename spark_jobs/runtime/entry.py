@@ -6,10 +6,11 @@ from __future__ import annotations
 import sys
 import traceback
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from cdc_pipeline import summaries
-from cdc_pipeline.config import load_table_configs
+from cdc_pipeline.config import TableConfig, load_table_configs
 from cdc_pipeline.errors import (
     PERMANENT_ERRORS,
     CdcError,
@@ -30,19 +31,36 @@ StepBody = Callable[[StepContext, StepArgs], StepReport]
 SparkFactory = Callable[[str], Any]
 
 
+@dataclass(frozen=True, kw_only=True)
+class StepPlan:
+    """One step run, parsed and checked once before any Spark: its arguments (the interval
+    typed), its config row and its table's folders. The Airflow backend decides from it whether
+    the run has work, then hands the same plan to the step."""
+
+    prog: str  # the step's name in summaries and error lines
+    args: StepArgs
+    table: TableConfig
+    paths: TablePaths
+
+
+def plan_step(args: StepArgs, prog: str) -> StepPlan:
+    """The plan of a step run: its config row loaded and validated (ConfigError, UsageError)."""
+    table = load_table_configs(args.config).table(args.table)
+    return StepPlan(prog=prog, args=args, table=table, paths=TablePaths.for_table(table.name))
+
+
 def perform(
-    args: StepArgs, prog: str, body: StepBody, spark_factory: SparkFactory | None = None
+    plan: StepPlan, body: StepBody, spark_factory: SparkFactory | None = None
 ) -> StepReport:
-    """Run a step body and return its report; errors propagate (the CLI and Airflow map them).
+    """Run a step body on its plan and return its report; errors propagate (the CLI and Airflow
+    map them).
 
     `spark_factory(app_name)` gives the session (None: a step that needs no Spark); the caller
     owns it. The CLI, spark-submit and the Airflow operator all come through here.
     """
-    table = load_table_configs(args.config).table(args.table)
-    if args.start is not None:
-        args.interval()  # a bad timestamp fails before a session starts
-    spark = spark_factory(f"cdc-{prog}-{args.table}") if spark_factory is not None else None
-    return body(StepContext(spark, table, TablePaths.for_table(table.name)), args)
+    name = f"cdc-{plan.prog}-{plan.table.name}"
+    spark = spark_factory(name) if spark_factory is not None else None
+    return body(StepContext(spark, plan.table, plan.paths), plan.args)
 
 
 def execute(args: StepArgs, prog: str, body: StepBody, *, needs_spark: bool = True) -> int:
@@ -57,12 +75,9 @@ def execute(args: StepArgs, prog: str, body: StepBody, *, needs_spark: bool = Tr
             from spark_jobs.runtime.session import build_spark_session
 
             factory = build_spark_session
-        report = perform(args, prog, body, factory)
+        report = perform(plan_step(args, prog), body, factory)
     except (ConfigError, UsageError) as error:
-        line = f"error: {prog}: {one_line(error)}"
-        print(line, file=sys.stderr, flush=True)
-        write_failure(line, permanent=True)
-        return 2
+        return usage_failure(prog, error)
     except Exception as error:
         if not isinstance(error, CdcError):
             traceback.print_exc(file=sys.stderr)
@@ -76,6 +91,14 @@ def execute(args: StepArgs, prog: str, body: StepBody, *, needs_spark: bool = Tr
     return 0
 
 
+def usage_failure(prog: str, error: Exception) -> int:
+    """A bad config or argument: one line on stderr (and in the failure file), exit code 2."""
+    line = f"error: {prog}: {one_line(error)}"
+    print(line, file=sys.stderr, flush=True)
+    write_failure(line, permanent=True)
+    return 2
+
+
 def load_body(step: Step) -> StepBody:
     """The body function of a registered step (imports its module)."""
     import importlib
@@ -87,5 +110,8 @@ def load_body(step: Step) -> StepBody:
 def run_step(module: str, argv: Sequence[str] | None = None) -> int:
     """spark-submit entry of a registered step: parse `argv` (default sys.argv), execute it."""
     step = step_named(module)
-    args = parse_step_args(step, sys.argv[1:] if argv is None else argv)
+    try:
+        args = parse_step_args(step, sys.argv[1:] if argv is None else argv)
+    except UsageError as error:
+        return usage_failure(step.name, error)
     return execute(args, step.name, load_body(step), needs_spark=step.needs_spark)

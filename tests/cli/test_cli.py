@@ -52,6 +52,12 @@ def test_unknown_table_and_bad_timestamp_fail_with_one_line(workspace: Workspace
     result = cdc(workspace, "run", "t", "--start", "soon", "--end", "2024-01-02")
     assert result.returncode == 2
     assert result.stderr.strip().startswith("error: run: 'soon' is not an ISO 8601 timestamp")
+    # overwrite-final's interval only labels its summary: optional, but both or neither.
+    result = cdc(workspace, "overwrite-final", "t", "--start", "2024-01-01")
+    assert (result.returncode, result.stderr.strip()) == (
+        2,
+        "error: overwrite-final: --start and --end go together: give both or neither",
+    )
 
 
 def test_a_uri_the_steps_cannot_use_is_refused_not_made_a_local_folder(
@@ -154,6 +160,22 @@ def test_run_prints_one_summary_line_with_counts(
         assert done.returncode == 0, done.stderr
         assert done.stdout.startswith(f"{command[0]} t: "), done.stdout
     assert table_rows(workspace.paths("t").final, ["ID", "VALUE"]) == [(1, 2), (2, 1)]
+    # overwrite-final without an interval applies what is staged and not applied yet.
+    workspace.land(
+        "t",
+        "2024-01-01T01",
+        "b.csv",
+        [{"FLAG": "D", "ID": 2, "VALUE": None, "TS": "2024-01-01 01:00"}],
+    )
+    remote = {"CDC_SPARK_REMOTE": connect_server.url}
+    staged = cdc(
+        workspace, "stage", "t", "--start", "2024-01-01T01", "--end", "2024-01-01T02", **remote
+    )
+    assert staged.returncode == 0, staged.stderr
+    applied = cdc(workspace, "overwrite-final", "t", **remote)
+    assert applied.returncode == 0, applied.stderr
+    assert applied.stdout.startswith("overwrite-final t: changes=1 "), applied.stdout
+    assert table_rows(workspace.paths("t").final, ["ID", "VALUE"]) == [(1, 2)]
 
 
 def test_as_of_prints_and_writes_the_table_at_a_time(any_workspace: Workspace) -> None:
