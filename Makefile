@@ -104,11 +104,11 @@ test: install lint typecheck $(DEBEZIUM_STAMP) $(MOTO_STAMP) $(DEPLOY_STAMP) $(T
 	$(BIN)/python -m pytest -n 2 --dist loadfile tests
 	$(MAKE) bench-smoke
 
-# The inner loop (about 2 minutes): lint, types, the unit tests and the DAG parsing tests; no
+# The inner loop (about 2 minutes): lint, types, the unit tests, the repo checks and the DAG parsing tests; no
 # Spark session, no server. `make test` runs everything.
 test-fast: install lint typecheck
-	$(BIN)/python -m pytest -q tests/unit tests/dags/test_dags.py tests/dags/test_config_property.py \
-	  tests/dags/test_operations_dags.py --deselect tests/unit/test_storage.py
+	$(BIN)/python -m pytest -q tests/unit tests/repo tests/dags/test_dags.py tests/dags/test_config_property.py \
+	  tests/dags/test_operations_dags.py
 
 # The lowest Airflow the package declares (3.2.0 and the lowest providers, from the package index,
 # 3-6 minutes): `make test` deselects it for CI's time budget.
@@ -118,7 +118,7 @@ test-lowest-airflow: install
 # deploy/kubernetes/airflow-values.yaml against the Airflow Helm chart's values.schema.json (put it
 # in .tools/airflow-chart/ first: docs/kubernetes.md); `make test` deselects it.
 test-chart-schema: install
-	CDC_TEST_CHART_SCHEMA=1 $(BIN)/python -m pytest tests/unit/test_kubernetes_manifests.py
+	CDC_TEST_CHART_SCHEMA=1 $(BIN)/python -m pytest tests/repo/test_kubernetes_manifests.py
 
 # overwrite-final vs a full rebuild vs a delta-rs MERGE (about 10 minutes on 2 cores);
 # options: .venv/bin/cdc bench --help. Results: bench-results/latest.json and latest.png.

@@ -2,7 +2,7 @@
 
 The pydantic model `cdc_pipeline.config.TableConfig` is the one source of the config reference:
 a field's description is written once, in its `Field(description=...)`, and this module turns
-the model into the Markdown page. `tests/unit/test_docs.py` regenerates it and fails when the
+the model into the Markdown page. `tests/repo/test_docs.py` regenerates it and fails when the
 committed page differs, so a field added or changed without `--write` is caught.
 
     python -m cdc_tools.config_reference > docs/config.md

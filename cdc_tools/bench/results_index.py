@@ -4,7 +4,7 @@ benchmarks/results/ holds the results the docs cite, as the tools wrote them: `c
 JSON, `cdc bench-cycle`'s and `python -m cdc_tools.bench.auto_cdc`'s, each named
 `<date>-<kind>[-<what>].json` (the date the JSON records, else the day it was added), and a
 plot as the same name's `.png`. The index lists them newest first with their kind, mode and
-headline figures, read from the files; `tests/unit/test_benchmark_results.py` regenerates it
+headline figures, read from the files; `tests/repo/test_benchmark_results.py` regenerates it
 and fails when the committed index differs, so a result added without `--write` is caught.
 
     python -m cdc_tools.bench.results_index            # print the index

@@ -12,7 +12,7 @@ puts included). Every service of the project image is restarted when it exits, a
 
 What this cannot show: the image itself (its Debian packages, user 50000, file modes), the
 host's volumes and the compose network's DNS; `docker-compose config` and the parsed-file tests
-(tests/unit/test_compose.py) keep those.
+(tests/repo/test_compose.py) keep those.
 """
 
 from __future__ import annotations
