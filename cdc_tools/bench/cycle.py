@@ -86,7 +86,7 @@ class CycleSpec:
     # Consecutive scheduled cycles on one server, new change sets landed between them (the
     # scheduler's steady state): the first is reported apart, the later ones as their median.
     cycles: int = 1
-    auto_cdc: bool = False  # then the same change sets through AUTO CDC (cli: auto_cdc_cycle)
+    auto_cdc: bool = False  # then the same change sets through AUTO CDC (cdc_tools.bench.auto_cdc)
     sources: tuple[Source, ...] = ("files",)
     kafka_conn_id: str = "kafka_default"  # the Airflow connection the Kafka tables name
     kafka_partitions: int = 3  # of each table's topic; a key's messages go to one partition

@@ -62,7 +62,7 @@ measured cycle) or `cold` (a fresh server). Seconds are medians where the tool r
 
 def recorded_date(result: dict[str, Any]) -> str | None:
     """The day the result records (`created` of `cdc bench`, `started_at` of `cdc bench-cycle`),
-    as YYYY-MM-DD; None when it records none (`auto_cdc_cycle`'s own JSON)."""
+    as YYYY-MM-DD; None when it records none (`cdc_tools.bench.auto_cdc`'s own JSON)."""
     if "created" in result:  # 20261128T164746Z
         stamp = str(result["created"])
         return f"{stamp[:4]}-{stamp[4:6]}-{stamp[6:8]}"
@@ -79,7 +79,7 @@ def kind(result: dict[str, Any]) -> str:
         return "bench-cycle"
     if "incremental_run_seconds" in result:
         return "auto-cdc"
-    raise ValueError("not a result of cdc bench, cdc bench-cycle or auto_cdc_cycle")
+    raise ValueError("not a result of cdc bench, cdc bench-cycle or cdc_tools.bench.auto_cdc")
 
 
 def seconds(value: float) -> str:
