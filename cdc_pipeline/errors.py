@@ -23,7 +23,33 @@ class UsageError(CdcError):
 
 class TableDamagedError(CdcError):
     """A Delta table's log cannot be read (a corrupt or truncated commit): permanent, no retry
-    helps; the message names the table's path and the fix."""
+    helps; the message names the table's path and the fix. `where` is the damaged commit
+    (`version 3, _delta_log/00000000000000000003.json`, or `its log (_delta_log)` when no
+    commit file is named) and `cause` delta-rs' own first line, for a caller that words the
+    damage its own way (`cdc repair`)."""
+
+    def __init__(self, message: str, *, where: str = "", cause: str = "") -> None:
+        super().__init__(message)
+        self.where = where
+        self.cause = cause
+
+
+# The tables of a table's folder that `cdc repair` rebuilds: final from staging and the
+# remembered deletes, history from its log, applied by applying every staged change again.
+REPAIRABLE_TABLES = ("final", "history", "applied")
+
+
+def damaged_table_fix(folder: str, table: str) -> str:
+    """What to do about a damaged Delta table named `folder` (final, staging, ...) of `table`."""
+    if folder in REPAIRABLE_TABLES:
+        return (
+            f"restore that commit file from a backup, or rebuild it with `cdc repair {table}` "
+            "(docs/operations.md, Damaged tables)"
+        )
+    return (
+        "restore that commit file from a backup (docs/operations.md, Damaged tables, tells how "
+        "to rebuild the table instead)"
+    )
 
 
 class SparkUnavailableError(CdcError):

@@ -54,6 +54,7 @@ def build_parser() -> argparse.ArgumentParser:
             add_step_arguments(commands.add_parser(RUN.name, help=RUN.help), "interval")
     _add_bench_commands(commands)
     _add_status_commands(commands)
+    _add_repair_command(commands)
     demo = commands.add_parser("demo", help="generate sample change sets and apply them")
     demo.add_argument("--config", type=Path, default=argparse.SUPPRESS)
     demo.add_argument(
@@ -93,6 +94,23 @@ def _add_status_commands(commands: Any) -> None:
         "--hours", type=int, default=24, help="newest hour folders to take samples from (24)"
     )
     quarantine.add_argument("--samples", type=int, default=20, help="sample rows to show (20)")
+
+
+def _add_repair_command(commands: Any) -> None:
+    """`cdc repair TABLE [--dry-run] [--force]`."""
+    repair = commands.add_parser(
+        "repair",
+        help="rebuild a damaged final (history, applied) from staging and the remembered "
+        "deletes, then check it; pause the table's DAG first",
+    )
+    repair.add_argument("--config", type=Path, default=argparse.SUPPRESS)
+    repair.add_argument("table", help="table name")
+    repair.add_argument(
+        "--dry-run", action="store_true", help="print what is damaged and the plan; change nothing"
+    )
+    repair.add_argument(
+        "--force", action="store_true", help="rebuild final even when nothing is damaged"
+    )
 
 
 def _add_bench_commands(commands: Any) -> None:
@@ -494,7 +512,8 @@ def run_as_json(namespace: argparse.Namespace) -> int:
 
     The object always has `command`, `ok` and `exit_code`; a step adds `summary` (step, table,
     interval, counts, line), `check` and `status` add `tables`, `quarantine` adds `quarantine`
-    (its counts and samples), `validate` adds `tables` and
+    (its counts and samples), `repair` adds `repair` (what was damaged, where each table set
+    aside went, the rebuilt final's rows, the check's result), `validate` adds `tables` and
     `problems`, a failure adds `error` (its one line); `output` holds the lines the command
     would have printed (the rows of `as-of`, the lines of `demo` and `bench`)."""
     captured = io.StringIO()
@@ -527,6 +546,12 @@ def dispatch(namespace: argparse.Namespace) -> int:
         code = run_status_command(namespace)
     elif namespace.command == "quarantine":
         code = run_quarantine_command(namespace)
+    elif namespace.command == "repair":
+        from cdc_tools.repair import run_repair
+
+        code = run_repair(
+            namespace.config, namespace.table, dry_run=namespace.dry_run, force=namespace.force
+        )
     elif namespace.command == "demo":
         code = run_demo_command(namespace)
     elif namespace.command == "bench":

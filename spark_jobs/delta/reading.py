@@ -18,7 +18,7 @@ from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import StringType, StructField, StructType
 
 from cdc_pipeline.columns import quoted, string_literal
-from cdc_pipeline.errors import TableDamagedError
+from cdc_pipeline.errors import TableDamagedError, damaged_table_fix
 from cdc_pipeline.paths import Location
 from spark_jobs.runtime.storage import store_for
 
@@ -103,10 +103,13 @@ def open_table(path: Location) -> DeltaTable | None:
         cause = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
         damaged = damaged_commit(path)
         where = f"version {damaged[0]}, {damaged[1]}" if damaged else "its log (_delta_log)"
+        # A table's folders are {warehouse}/<table>/<folder>: the fix names both.
+        fix = damaged_table_fix(path.name, path.parent.name)
         raise TableDamagedError(
             f"the Delta table {path} cannot be read ({cause}): {where} is damaged. Retrying "
-            "does not help: restore that commit file from a backup (docs/operations.md, "
-            "Damaged tables, tells how to rebuild the table instead)"
+            f"does not help: {fix}",
+            where=where,
+            cause=cause,
         ) from None
 
 

@@ -73,6 +73,9 @@ class Store(Protocol):
     def move(self, source: Location, target: Location) -> None:
         """`source` to `target` (parent folders made); replaces `target`."""
 
+    def copy(self, source: Location, target: Location) -> None:
+        """A file's copy at `target` (parent folders made); replaces `target`."""
+
     def remove(self, location: Location) -> None:
         """The file, if it exists."""
 
@@ -158,6 +161,10 @@ class LocalStore:
     def move(self, source: Location, target: Location) -> None:
         _local(target).parent.mkdir(parents=True, exist_ok=True)
         os.replace(_local(source), _local(target))
+
+    def copy(self, source: Location, target: Location) -> None:
+        _local(target).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(_local(source), _local(target), follow_symlinks=False)
 
     def remove(self, location: Location) -> None:
         _local(location).unlink(missing_ok=True)
@@ -323,6 +330,9 @@ class S3Store:
         # No rename on S3: a server-side copy, then the delete.
         self.fs.copy_file(_s3_key(source), _s3_key(target))  # type: ignore[attr-defined]
         self.fs.delete_file(_s3_key(source))  # type: ignore[attr-defined]
+
+    def copy(self, source: Location, target: Location) -> None:
+        self.fs.copy_file(_s3_key(source), _s3_key(target))  # type: ignore[attr-defined]
 
     def remove(self, location: Location) -> None:
         with contextlib.suppress(FileNotFoundError):
