@@ -25,7 +25,8 @@ from fastapi import Depends, FastAPI, HTTPException, Request
 from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
 from fastapi.security import HTTPAuthorizationCredentials
 
-from cdc_airflow.view.status import TIME_FORMAT, Commit, RunPoint, TableStatus, all_table_status
+from cdc_airflow.view.runs import RunPoint
+from cdc_airflow.view.status import TIME_FORMAT, Commit, TableStatus, all_table_status
 from spark_jobs.status.quarantine import QuarantineReport
 
 PREFIX = "/cdc-tables"

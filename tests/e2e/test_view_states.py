@@ -95,7 +95,7 @@ def served(states: tuple[Workspace, datetime], monkeypatch: pytest.MonkeyPatch) 
 
     from cdc_airflow.view import plugin as view
     from cdc_airflow.view import status as table_status
-    from cdc_airflow.view.status import RunPoint
+    from cdc_airflow.view.runs import RunPoint
 
     _, now = states
     failed = RunPoint(

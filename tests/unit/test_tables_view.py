@@ -21,7 +21,8 @@ from fastapi.testclient import TestClient
 
 from cdc_airflow.view import plugin as view
 from cdc_airflow.view import status as table_status
-from cdc_airflow.view.status import RunPoint, freshness_of, read_check, run_point
+from cdc_airflow.view.runs import RunPoint, run_point
+from cdc_airflow.view.status import freshness_of, read_check
 from cdc_pipeline.config import load_table_configs
 from cdc_pipeline.paths import TablePaths
 
