@@ -17,7 +17,15 @@ from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import unquote
 
-from cdc_airflow.view.runs import RunPoint, iso, paused_dags, recent_runs, run_document
+from cdc_airflow.view.runs import (
+    BackfillProgress,
+    RunPoint,
+    active_backfills,
+    iso,
+    paused_dags,
+    recent_runs,
+    run_document,
+)
 from cdc_pipeline.columns import CHECK_FILE, REASON
 from cdc_pipeline.config import TableConfig, load_table_configs
 from cdc_pipeline.health import Health, table_health
@@ -94,6 +102,7 @@ class TableStatus:
     check: CheckResult | None = None
     problem: str | None = None  # what of the table could not be read (its row still shows)
     paused: bool = False  # its DAG is paused: no run starts
+    backfills: list[BackfillProgress] = field(default_factory=list)  # not completed, oldest first
     max_quarantine_fraction: float | None = None
     top_reasons: list[tuple[str, int]] = field(default_factory=list)  # of the newest rows held
     commits: list[Commit] = field(default_factory=list)  # final's newest commits, newest first
@@ -139,6 +148,7 @@ class TableStatus:
             "last_run": run_document(self.last_run),
             "runs": [run_document(r) for r in self.runs],
             "paused": self.paused,
+            "backfills": [b.document() for b in self.backfills],
             "quarantine_growth": self.quarantine_growth,
             "quarantine_rate": self.quarantine_rate,
             "max_quarantine_fraction": self.max_quarantine_fraction,
@@ -334,8 +344,10 @@ def table_status(
     paths: TablePaths | None = None,
     *,
     paused: bool = False,
+    backfills: Sequence[BackfillProgress] = (),
 ) -> TableStatus:
-    """The view's row of one table from its recent runs (oldest start first) and Delta logs."""
+    """The view's row of one table from its recent runs (oldest start first), its backfills in
+    progress and its Delta logs."""
     now = now or datetime.now(UTC)
     paths = paths or TablePaths.for_table(table.name)
     successes = [r for r in runs if r.state == "success" and r.interval_end is not None]
@@ -367,6 +379,7 @@ def table_status(
         last_run=runs[-1] if runs else None,
         runs=list(runs),
         paused=paused,
+        backfills=list(backfills),
         max_quarantine_fraction=table.max_quarantine_fraction,
         check=read_check(paths.table_root),
         **_delta_facts(paths, problems),
@@ -481,18 +494,30 @@ def all_table_status(
     dag_ids = [t.dag_id for t in tables]
     runs = recent_runs(dag_ids) if with_airflow else {}
     paused = paused_dags(dag_ids) if with_airflow else set()
+    backfills = active_backfills(dag_ids) if with_airflow else {}
     return [
-        _table_status_or_problem(t, runs.get(t.dag_id, []), now, paused=t.dag_id in paused)
+        _table_status_or_problem(
+            t,
+            runs.get(t.dag_id, []),
+            now,
+            paused=t.dag_id in paused,
+            backfills=backfills.get(t.dag_id, []),
+        )
         for t in tables
     ]
 
 
 def _table_status_or_problem(
-    table: TableConfig, runs: Sequence[RunPoint], now: datetime | None, *, paused: bool
+    table: TableConfig,
+    runs: Sequence[RunPoint],
+    now: datetime | None,
+    *,
+    paused: bool,
+    backfills: Sequence[BackfillProgress],
 ) -> TableStatus:
     """The table's row; when reading it fails, a row that says why (the others still show)."""
     try:
-        return table_status(table, runs, now, paused=paused)
+        return table_status(table, runs, now, paused=paused, backfills=backfills)
     except Exception as error:
         log.exception("table %s: status unreadable", table.name)
         text = str(error).strip().splitlines()[0] if str(error).strip() else ""
@@ -506,4 +531,5 @@ def _table_status_or_problem(
             runs=list(runs),
             problem=f"unreadable: {type(error).__name__}: {text}",
             paused=paused,
+            backfills=list(backfills),
         )

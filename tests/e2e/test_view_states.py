@@ -113,6 +113,7 @@ def served(states: tuple[Workspace, datetime], monkeypatch: pytest.MonkeyPatch) 
         lambda dag_ids: {d: [failed] if d == "cdc_s_failed" else [] for d in dag_ids},
     )
     monkeypatch.setattr(table_status, "paused_dags", lambda dag_ids: set())
+    monkeypatch.setattr(table_status, "active_backfills", lambda dag_ids: {})
     monkeypatch.setattr(view, "readable_dag_ids", lambda _manager, _user, ids: set(ids))
     monkeypatch.setattr("airflow.api_fastapi.app.get_auth_manager", lambda: None)
     view.app.dependency_overrides[view.current_user] = lambda: SimpleAuthManagerUser(

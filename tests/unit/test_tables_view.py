@@ -234,6 +234,7 @@ def client(delta_tables: Path, monkeypatch: pytest.MonkeyPatch) -> TestClient:
         table_status, "recent_runs", lambda dag_ids: {"cdc_alpha": history(), "cdc_beta": []}
     )
     monkeypatch.setattr(table_status, "paused_dags", lambda dag_ids: set())
+    monkeypatch.setattr(table_status, "active_backfills", lambda dag_ids: {})
     monkeypatch.setattr(view, "utc_now", lambda: NOW)
     parent = FastAPI()
     parent.mount("/cdc-tables", view.app)
