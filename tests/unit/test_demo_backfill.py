@@ -1,4 +1,5 @@
-"""`cdc demo`'s backfill request: a retried POST that finds its own backfill running returns it."""
+"""`cdc demo`'s backfill request: it runs the demo's hours again in a home that has them; a
+retried POST that finds its own backfill running returns it; another one running is named."""
 
 from __future__ import annotations
 
@@ -21,9 +22,11 @@ class FakeAirflow:
     def __init__(self, running: list[dict[str, Any]]) -> None:
         self.running = running
         self.calls: list[tuple[str, str]] = []
+        self.bodies: list[dict[str, Any] | None] = []
 
     def rest(self, method: str, path: str, body: dict[str, Any] | None = None) -> Any:
         self.calls.append((method, path))
+        self.bodies.append(body)
         if method == "POST":
             raise urllib.error.HTTPError(path, 409, "Conflict", {}, io.BytesIO())  # type: ignore[arg-type]
         if method == "GET":
@@ -48,9 +51,12 @@ def test_a_conflict_returns_the_running_backfill_of_the_same_dates() -> None:
         ("POST", "/backfills"),
         ("GET", "/backfills?dag_id=cdc_t"),
     ]
+    # The demo's home keeps the runs of the demos before: its hours run again all the same.
+    posted = local.bodies[1]
+    assert posted is not None and posted["reprocess_behavior"] == "completed"
 
 
-def test_a_conflict_with_another_running_backfill_is_raised() -> None:
+def test_a_conflict_with_another_running_backfill_names_it_and_the_fix() -> None:
     # Another range is running (or the one of these dates has completed): not ours.
     local = FakeAirflow(
         [
@@ -58,6 +64,17 @@ def test_a_conflict_with_another_running_backfill_is_raised() -> None:
             backfill(2, "2024-01-01T00:00:00Z", "2024-01-01T02:00:00Z", "2024-01-02T00:00:00Z"),
         ]
     )
+    with pytest.raises(RuntimeError) as raised:
+        queue_backfill(local, "cdc_t", FIRST, LAST)  # type: ignore[arg-type]
+    assert str(raised.value) == (
+        "cdc_t has a backfill running from 2024-01-01T00:00:00Z to 2024-01-01T05:00:00Z (id 1): "
+        "let it finish or cancel it in the Airflow UI (`make airflow`, the DAG's page), then run "
+        "the demo again"
+    )
+
+
+def test_a_conflict_without_a_running_backfill_is_raised_as_it_came() -> None:
+    local = FakeAirflow([])
     with pytest.raises(urllib.error.HTTPError) as raised:
         queue_backfill(local, "cdc_t", FIRST, LAST)  # type: ignore[arg-type]
     assert raised.value.code == 409
