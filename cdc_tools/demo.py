@@ -149,10 +149,12 @@ def queue_backfill(
     which runs of those dates already there run again (by default all: the demo's home keeps
     the runs of the demos before, and a rerun applies its hours again, as the first did).
 
-    A POST retried after its answer was lost (a timeout, a server error after the commit) finds
-    the backfill it created running (409): that one, from `first` to `last`, is returned, as is
-    the backfill of the same dates a demo stopped half-way left running. A running backfill of
-    other dates is a RuntimeError naming it."""
+    A backfill of the same dates not completed yet answers the POST with 409: one this POST made
+    before its answer was lost (a timeout, a server error after the commit), one a demo stopped
+    half-way left, or one whose scheduler stopped before marking it completed. With `reprocess`
+    completed it is cancelled (its queued runs fail) and the backfill queued again, so every
+    hour runs again as the new one's; otherwise it is returned. A running backfill of other
+    dates is a RuntimeError naming it and the fix."""
     local.rest("PATCH", f"/dags/{dag_id}?update_mask=is_paused", {"is_paused": False})
     body = {
         "dag_id": dag_id,
@@ -166,19 +168,25 @@ def queue_backfill(
     except urllib.error.HTTPError as error:
         if error.code != 409:
             raise
-        running = local.rest("GET", f"/backfills?dag_id={dag_id}")["backfills"]
-        for backfill in running:
-            dates = (parse_timestamp(backfill["from_date"]), parse_timestamp(backfill["to_date"]))
-            if backfill["completed_at"] is None and dates == (first, last):
-                return dict(backfill)
-        others = [b for b in running if b["completed_at"] is None]
-        if not others:
+        running = [
+            b
+            for b in local.rest("GET", f"/backfills?dag_id={dag_id}")["backfills"]
+            if b["completed_at"] is None
+        ]
+        if not running:
             raise
-        raise RuntimeError(
-            f"{dag_id} has a backfill running from {others[0]['from_date']} to "
-            f"{others[0]['to_date']} (id {others[0]['id']}): let it finish or cancel it in the "
-            "Airflow UI (`make airflow`, the DAG's page), then run the demo again"
-        ) from error
+        backfill = running[0]
+        dates = (parse_timestamp(backfill["from_date"]), parse_timestamp(backfill["to_date"]))
+        if dates != (first, last):
+            raise RuntimeError(
+                f"{dag_id} has a backfill running from {backfill['from_date']} to "
+                f"{backfill['to_date']} (id {backfill['id']}): let it finish or cancel it in the "
+                "Airflow UI (`make airflow`, the DAG's page), then run the demo again"
+            ) from error
+        if reprocess != "completed":
+            return dict(backfill)
+        local.rest("PUT", f"/backfills/{backfill['id']}/cancel")
+        return dict(local.rest("POST", "/backfills", body))
 
 
 def runs_summary(runs: list[RunRow], dag_id: str) -> str:
@@ -203,17 +211,6 @@ def wait_for_demo_runs(home: Path, dag_ids: list[str], start: datetime, hours: i
         timeout=1800,
         per_table=True,
     )
-
-
-def wait_for_backfills_completed(home: Path, backfill_ids: list[int], timeout: float = 45) -> None:
-    """Give the scheduler the time to mark the backfills completed (it looks every 30 s): one
-    left open in the home would be taken over by the next demo of the same dates, its runs
-    done, so that demo would run nothing. Past `timeout`, the next scheduler marks them."""
-    from cdc_airflow.local.runs import MetadataDB
-
-    db, deadline = MetadataDB(home / "airflow.db"), time.monotonic() + timeout
-    while db.open_backfills(backfill_ids) and time.monotonic() < deadline:
-        time.sleep(2)
 
 
 def run_airflow_demo(
@@ -259,14 +256,11 @@ def run_airflow_demo(
             dag_ids = [configs.tables[name].dag_id for name in DEMO_TABLES]
             local.wait_for_api()
             local.wait_for_dags(dag_ids)
-            backfills = [
-                queue_backfill(local, dag_id, start, start + timedelta(hours=hours - 1))["id"]
-                for dag_id in dag_ids
-            ]
+            for dag_id in dag_ids:
+                queue_backfill(local, dag_id, start, start + timedelta(hours=hours - 1))
             local.start("scheduler")
             say(f"backfills queued: {len(dag_ids)} DAGs x {hours} hourly runs; scheduler started")
             runs = wait_for_demo_runs(local.home, dag_ids, start, hours)
-            wait_for_backfills_completed(local.home, backfills)
             say(f"every run finished; `make airflow` shows them (its home is {home})")
             return [
                 table_summary(name, start, hours, runs_summary(runs, configs.tables[name].dag_id))

@@ -113,15 +113,6 @@ class MetadataDB:
         rows = self._query("SELECT filename, stacktrace FROM import_error")
         return [f"{name}: {(trace or '').strip().splitlines()[-1:]}" for name, trace in rows]
 
-    def open_backfills(self, backfill_ids: Collection[int]) -> set[int]:
-        """The backfills among these the scheduler has not marked completed yet."""
-        rows = self._query(
-            "SELECT id FROM backfill WHERE completed_at IS NULL AND id IN "
-            f"({','.join('?' * len(backfill_ids))})",
-            list(backfill_ids),
-        )
-        return {int(ident) for (ident,) in rows}
-
     def paused(self, dag_ids: Collection[str]) -> dict[str, bool]:
         """Whether each DAG is paused."""
         rows = self._query(

@@ -8,7 +8,6 @@ them through Airflow's own session, as they do in the api-server.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -227,17 +226,3 @@ def test_the_queries_are_as_many_for_one_table_as_for_many(metadata_db: Metadata
     recent_runs([f"cdc_t{n}" for n in range(50)] + ["cdc_alpha", "cdc_beta"])
     active_backfills([f"cdc_t{n}" for n in range(50)] + ["cdc_alpha", "cdc_beta"])
     assert len(metadata_db.statements) == one == 5, metadata_db.statements
-
-
-def test_the_demo_sees_which_of_its_backfills_the_scheduler_has_not_marked_completed(
-    metadata_db: MetadataDB, tmp_path: Path
-) -> None:
-    from cdc_airflow.local.runs import MetadataDB as LocalMetadataDB
-    from cdc_tools.demo import wait_for_backfills_completed
-
-    mid_backfill(metadata_db)  # backfill 1 completed, 2 open
-    assert LocalMetadataDB(tmp_path / "airflow.db").open_backfills([1, 2, 99]) == {2}
-    began = time.monotonic()
-    wait_for_backfills_completed(tmp_path, [1], timeout=30)  # nothing open: no wait
-    wait_for_backfills_completed(tmp_path, [2], timeout=0)  # open: up to the timeout only
-    assert time.monotonic() - began < 5
