@@ -4,12 +4,11 @@ from __future__ import annotations
 
 import json
 import shutil
-import tempfile
 import time
 import urllib.error
 from datetime import datetime, timedelta
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from cdc_pipeline.config import ConfigLoadResult, TableConfig, project_root
 from cdc_pipeline.errors import ConfigError
@@ -137,31 +136,57 @@ def run_demo(spark, configs: ConfigLoadResult, start: datetime, hours: int, keys
 
 
 def queue_backfill(
-    local: LocalAirflow, dag_id: str, first: datetime, last: datetime, max_active_runs: int = 2
+    local: LocalAirflow,
+    dag_id: str,
+    first: datetime,
+    last: datetime,
+    max_active_runs: int = 2,
+    *,
+    reprocess: Literal["none", "failed", "completed"] = "completed",
 ) -> dict[str, Any]:
     """Unpause a DAG and queue a backfill of its runs from `first` to `last` through the REST
-    API (no Airflow CLI process per call); the backfill as the API returns it.
+    API (no Airflow CLI process per call); the backfill as the API returns it. `reprocess`:
+    which runs of those dates already there run again (by default all: the demo's home keeps
+    the runs of the demos before, and a rerun applies its hours again, as the first did).
 
-    A POST retried after its answer was lost (a timeout, a server error after the commit) finds
-    the backfill it created running (409): that one, from `first` to `last`, is returned."""
+    A backfill of the same dates not completed yet answers the POST with 409: one this POST made
+    before its answer was lost (a timeout, a server error after the commit), one a demo stopped
+    half-way left, or one whose scheduler stopped before marking it completed. With `reprocess`
+    completed it is cancelled (its queued runs fail) and the backfill queued again, so every
+    hour runs again as the new one's; otherwise it is returned. A running backfill of other
+    dates is a RuntimeError naming it and the fix."""
     local.rest("PATCH", f"/dags/{dag_id}?update_mask=is_paused", {"is_paused": False})
     body = {
         "dag_id": dag_id,
         "from_date": first.isoformat(),
         "to_date": last.isoformat(),
         "max_active_runs": max_active_runs,
+        "reprocess_behavior": reprocess,
     }
     try:
         return dict(local.rest("POST", "/backfills", body))
     except urllib.error.HTTPError as error:
         if error.code != 409:
             raise
-        running = local.rest("GET", f"/backfills?dag_id={dag_id}")["backfills"]
-        for backfill in running:
-            dates = (parse_timestamp(backfill["from_date"]), parse_timestamp(backfill["to_date"]))
-            if backfill["completed_at"] is None and dates == (first, last):
-                return dict(backfill)
-        raise
+        running = [
+            b
+            for b in local.rest("GET", f"/backfills?dag_id={dag_id}")["backfills"]
+            if b["completed_at"] is None
+        ]
+        if not running:
+            raise
+        backfill = running[0]
+        dates = (parse_timestamp(backfill["from_date"]), parse_timestamp(backfill["to_date"]))
+        if dates != (first, last):
+            raise RuntimeError(
+                f"{dag_id} has a backfill running from {backfill['from_date']} to "
+                f"{backfill['to_date']} (id {backfill['id']}): let it finish or cancel it in the "
+                "Airflow UI (`make airflow`, the DAG's page), then run the demo again"
+            ) from error
+        if reprocess != "completed":
+            return dict(backfill)
+        local.rest("PUT", f"/backfills/{backfill['id']}/cancel")
+        return dict(local.rest("POST", "/backfills", body))
 
 
 def runs_summary(runs: list[RunRow], dag_id: str) -> str:
@@ -169,15 +194,37 @@ def runs_summary(runs: list[RunRow], dag_id: str) -> str:
     return f"runs={len(mine)} succeeded={sum(1 for r in mine if r.state == 'success')}"
 
 
+def wait_for_demo_runs(home: Path, dag_ids: list[str], start: datetime, hours: int) -> list[RunRow]:
+    """Wait for each DAG's runs of the demo's hours to finish, printing progress every 10 s.
+
+    Chosen by their interval: every run of those hours, whether the backfill made it, ran it
+    again (an earlier demo's, reprocessed) or found it going on (then not its own)."""
+    from cdc_airflow.local.runs import MetadataDB, wait_for_dag_runs
+
+    end = start + timedelta(hours=hours)
+    return wait_for_dag_runs(
+        MetadataDB(home / "airflow.db"),
+        dag_ids,
+        hours,
+        select=lambda run: run.interval_start is not None and start <= run.interval_start < end,
+        label="demo",
+        timeout=1800,
+        per_table=True,
+    )
+
+
 def run_airflow_demo(
     configs: ConfigLoadResult, config_path: Path, start: datetime, hours: int, keys: int
 ) -> list[str]:
     """Through Airflow: generate, then a scheduler-run backfill of every sample table's DAG.
 
-    What can overlap does: the Connect server's JVM starts while Airflow migrates its DB, and
-    the change sets are generated while the Airflow services start."""
+    In the home `make airflow` uses (`default_home`), so the runs show there afterwards; held
+    for the demo's time (`claim_home`: a `make airflow` running on it is a HomeInUseError, one
+    line naming it, before anything starts). What can overlap does: the Connect server's JVM
+    starts while Airflow migrates its DB, and the change sets are generated while the Airflow
+    services start."""
+    from cdc_airflow.local.home import claim_home, default_home
     from cdc_airflow.local.launcher import LocalAirflow, spark_connection_from_environment
-    from cdc_airflow.local.runs import MetadataDB, wait_for_dag_runs
     from cdc_pipeline.paths import landing_root, warehouse_root
     from spark_jobs.runtime.session import build_connect_session, spark_remote
 
@@ -186,14 +233,14 @@ def run_airflow_demo(
     def say(message: str) -> None:
         print(f"demo: [{time.monotonic() - began:5.1f} s] {message}", flush=True)
 
-    with tempfile.TemporaryDirectory(prefix="cdc-demo-airflow-") as home:
-        local = LocalAirflow(Path(home), config_path.resolve(), landing_root(), warehouse_root())
+    with claim_home(default_home(), by="cdc demo") as home:
+        local = LocalAirflow(home, config_path.resolve(), landing_root(), warehouse_root())
         remote = spark_remote()
         if remote:  # an existing Connect server (CDC_SPARK_REMOTE) instead of a local one
             local.spark_connection = spark_connection_from_environment()
         try:
             local.start_spark(wait=False)
-            say(f"starting Airflow (dag-processor, api-server on {local.url})")
+            say(f"starting Airflow in {home} (dag-processor, api-server on {local.url})")
             local.migrate()
             local.start_services(wait=False, scheduler=False)  # the scheduler once runs are queued
             # One Spark for the whole demo: the Connect server generates the data and then
@@ -213,16 +260,8 @@ def run_airflow_demo(
                 queue_backfill(local, dag_id, start, start + timedelta(hours=hours - 1))
             local.start("scheduler")
             say(f"backfills queued: {len(dag_ids)} DAGs x {hours} hourly runs; scheduler started")
-            runs = wait_for_dag_runs(
-                MetadataDB(local.home / "airflow.db"),
-                dag_ids,
-                hours,
-                select=lambda run: run.run_type == "backfill",
-                label="demo",
-                timeout=1800,
-                per_table=True,
-            )
-            say("every run finished")
+            runs = wait_for_demo_runs(local.home, dag_ids, start, hours)
+            say(f"every run finished; `make airflow` shows them (its home is {home})")
             return [
                 table_summary(name, start, hours, runs_summary(runs, configs.tables[name].dag_id))
                 for name in DEMO_TABLES

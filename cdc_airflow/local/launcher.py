@@ -26,7 +26,7 @@ from typing import Any
 from cdc_airflow.dag_files import write_dag_files
 from cdc_airflow.local.connect_server import ConnectServer, free_port
 from cdc_airflow.local.connect_server import start as start_connect_server
-from cdc_pipeline.config import project_root
+from cdc_airflow.local.home import HomeInUseError, claim_home, default_home
 from cdc_pipeline.jvm import connect_address
 from cdc_pipeline.paths import Location, source_checkout
 
@@ -482,9 +482,8 @@ def serve() -> int:
     # Ctrl-C, and a plain `kill`, both stop the components this process started.
     signal.signal(signal.SIGINT, interrupt)
     signal.signal(signal.SIGTERM, interrupt)
-    home = Path(os.environ.get("AIRFLOW_HOME") or project_root() / "airflow_home")
     local = LocalAirflow(
-        home,
+        default_home(),  # the demo's too: its runs show here
         default_config_path(),
         landing_root(),
         warehouse_root(),
@@ -492,7 +491,17 @@ def serve() -> int:
         host=args.host,
         spark_connection=spark_connection_from_environment(),
     )
-    local.migrate()
+    try:
+        with claim_home(local.home, by=f"make airflow on {local.url}"):
+            local.migrate()
+            return run_until_stopped(local)
+    except HomeInUseError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 1
+
+
+def run_until_stopped(local: LocalAirflow) -> int:
+    """Start the services and wait for Ctrl-C (0), or for a component to exit (1); stop them."""
     try:
         # Inside the try: a component that does not come up stops the ones already started.
         local.start_services()
@@ -508,7 +517,7 @@ def serve() -> int:
         print("Ctrl-C stops it.", flush=True)
         while all(p.poll() is None for p in local.processes):
             time.sleep(2)
-        print("an Airflow component exited; see the logs in", home / "logs", file=sys.stderr)
+        print("an Airflow component exited; see the logs in", local.home / "logs", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         return 0

@@ -2,7 +2,8 @@
 
 Per table: how far behind it is (red past its `freshness` deadline), the last run whatever its
 state (a failed one with its failed tasks, their one-line reasons and links to their logs), the
-quarantine rate against `max_quarantine_fraction` and its top reasons, rows and run time of the
+attempts of the last runs (a timeline: queued, running with the task and its try, failed after how
+many tries) and the backfills in progress (n of m runs done), the quarantine rate against `max_quarantine_fraction` and its top reasons, rows and run time of the
 recent runs as inline SVG sparklines, final's newest commits (a timeline: step, files, rows,
 time), the latest `cdc check`, whether the DAG is paused, and links into the DAG. The
 page reloads itself every minute. Links are relative to the page, so the view also works when
@@ -25,7 +26,8 @@ from fastapi import Depends, FastAPI, HTTPException, Request
 from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
 from fastapi.security import HTTPAuthorizationCredentials
 
-from cdc_airflow.view.status import TIME_FORMAT, Commit, RunPoint, TableStatus, all_table_status
+from cdc_airflow.view.runs import Attempt, BackfillProgress, RunPoint
+from cdc_airflow.view.status import TIME_FORMAT, Commit, TableStatus, all_table_status
 from spark_jobs.status.quarantine import QuarantineReport
 
 PREFIX = "/cdc-tables"
@@ -171,6 +173,10 @@ ul.reasons,ul.commits{margin:.2em 0 0;padding-left:1.1em;font-size:.85em}
 ul.commits{list-style:none;padding-left:0;margin:0}
 ul.commits li{margin-bottom:.25em}
 td.commits{min-width:15em;max-width:20em}
+ul.attempts{list-style:none;padding-left:0;margin:0;font-size:.85em}
+ul.attempts li{margin-bottom:.3em}
+td.attempts{min-width:21em;max-width:26em}
+td.last-run{min-width:11em;max-width:18em}
 """
 HEADERS = [
     "Health",
@@ -178,6 +184,7 @@ HEADERS = [
     "Behind",
     "Last successful interval",
     "Last run",
+    "Attempts (newest first)",
     "Rows staged (runs)",
     "Run time (runs)",
     "Quarantine (runs)",
@@ -309,6 +316,125 @@ def _last_run(run: RunPoint | None, dag: str) -> str:
     return f"{head}<br>{_text(counts or 'no counts')}{took}{failures}"
 
 
+TIMELINE_RUNS = 5  # runs in the attempts timeline, besides the queued ones (one line for all)
+WAITING_STATES = ("queued", "scheduled")
+
+
+def _elapsed(seconds: float) -> str:
+    """`45s`, `1m20s`, `2h05m`."""
+    whole = max(int(seconds), 0)
+    if whole < 60:
+        return f"{whole}s"
+    if whole < 3600:
+        return f"{whole // 60}m{whole % 60:02d}s"
+    return f"{whole // 3600}h{whole % 3600 // 60:02d}m"
+
+
+def _tries(count: int) -> str:
+    return f"{count} {'try' if count == 1 else 'tries'}"
+
+
+def attempt_text(attempt: Attempt, now: datetime) -> str:
+    """One task's attempt as the on-call engineer reads it: `overwrite_final try 2 of 3, running
+    1m20s`, `stage failed after 3 tries`, `stage try 1 of 3 failed, retrying`."""
+    task, tried = attempt.task_id, f"try {attempt.try_number} of {attempt.tries}"
+    if attempt.state == "failed":
+        if attempt.try_number >= attempt.tries:
+            return f"{task} failed after {_tries(attempt.try_number)}"
+        return f"{task} failed at {tried}, not retried"
+    if attempt.state == "up_for_retry":
+        return f"{task} {tried} failed, retrying"
+    if attempt.state == "up_for_reschedule":
+        return f"{task} {tried} waiting to be rescheduled"
+    if attempt.state in WAITING_STATES or attempt.started is None:
+        return f"{task} {attempt.state}, {tried}"
+    verb = "running" if attempt.state in ("running", "restarting") else attempt.state
+    return f"{task} {tried}, {verb} {_elapsed((now - attempt.started).total_seconds())}"
+
+
+def interval_text(start: datetime | None, end: datetime | None) -> str:
+    """`[2024-01-01 02:00, 03:00)`: the end's date only when it differs from the start's."""
+    if start is None or end is None:
+        return "no interval"
+    start, end = start.astimezone(UTC), end.astimezone(UTC)
+    shown = f"{end:%H:%M}" if end.date() == start.date() else f"{end:%Y-%m-%d %H:%M}"
+    return f"[{start:%Y-%m-%d %H:%M}, {shown})"
+
+
+def _run_line(run: RunPoint, dag: str, now: datetime) -> str:
+    """One run of the timeline: its state, type and interval (linking to the run), then what
+    its tasks do or did."""
+    link = f"{dag}/runs/{quote(run.run_id, safe='')}"
+    head = (
+        f'<span class="state {_text(run.state)}">{_text(run.state)}</span> '
+        f'<a href="{link}" target="_top">{_text(run.run_type or "run")} '
+        f"{_text(interval_text(run.interval_start, run.interval_end))}</a>"
+    )
+    details = []
+    for attempt in run.attempts:
+        text = _text(attempt_text(attempt, now))
+        if attempt.reason and attempt.state == "up_for_retry":
+            short = attempt.reason[: REASON_CHARS - 1] + "…"
+            reason = attempt.reason if len(attempt.reason) <= REASON_CHARS else short
+            text += f': <span title="{_text(attempt.reason)}">{_text(reason)}</span>'
+        task_link = f"{link}/tasks/{quote(attempt.task_id, safe='')}"
+        tried = f"?try_number={attempt.try_number}" if attempt.try_number else ""
+        css = ' class="bad"' if attempt.state in ("failed", "up_for_retry") else ""
+        details.append(f'<a{css} href="{task_link}{tried}" target="_top">{text}</a>')
+    if run.state == "success" and run.seconds is not None:
+        details.append(f"in {run.seconds:.0f} s")
+    elif run.state == "running" and not run.attempts:
+        details.append("waiting for its first task")
+    return f"<li>{head}{'<br>' if details else ''}{'<br>'.join(details)}</li>"
+
+
+def _queued_line(queued: Sequence[RunPoint]) -> str:
+    """The runs requested and not started, as one line: how many, of which type, the next one."""
+    kinds = sorted({r.run_type or "run" for r in queued})
+    first = min(queued, key=lambda r: r.interval_start or datetime.max.replace(tzinfo=UTC))
+    return (
+        f'<li><span class="state queued">queued</span> {len(queued)} '
+        f"{_text('/'.join(kinds))} run{'s' if len(queued) > 1 else ''}, next "
+        f"{_text(interval_text(first.interval_start, first.interval_end))}</li>"
+    )
+
+
+def backfill_text(backfill: BackfillProgress) -> str:
+    """`backfill 3 of 8 runs done: 1 failed, 1 running, 4 queued`, and the dates it skipped."""
+    counts = [
+        f"{backfill.states.get(state, 0)} {state}"
+        for state in ("failed", "running", "queued")
+        if backfill.states.get(state)
+    ]
+    if backfill.skipped:
+        counts.append(f"{backfill.skipped} date{'s' if backfill.skipped > 1 else ''} skipped")
+    return f"backfill {backfill.summary}" + (f": {', '.join(counts)}" if counts else "")
+
+
+def _backfill_line(backfill: BackfillProgress) -> str:
+    paused = ' <span class="state paused">paused</span>' if backfill.paused else ""
+    return (
+        f'<li class="backfill"><b>{_text(backfill_text(backfill))}</b>{paused}<br>'
+        f'<span class="muted">dates {_when(backfill.from_date)} to '
+        f"{_when(backfill.to_date)}</span></li>"
+    )
+
+
+def _attempts(status: TableStatus, dag: str, now: datetime) -> str:
+    """The timeline of the last runs, newest first (like Hudi's requested, inflight, completed):
+    the backfills in progress, the queued runs as one line, then each run with what its tasks
+    do or did (the task running and its try, the task failed and after how many tries)."""
+    queued = [r for r in status.runs if r.state == "queued"]
+    others = [r for r in status.runs if r.state != "queued"][::-1][:TIMELINE_RUNS]
+    lines = [_backfill_line(b) for b in status.backfills]
+    if queued:
+        lines.append(_queued_line(queued))
+    lines.extend(_run_line(r, dag, now) for r in others)
+    if not lines:
+        return '<span class="muted">no runs yet</span>'
+    return f'<ul class="attempts">{"".join(lines)}</ul>'
+
+
 def _check(status: TableStatus) -> str:
     check = status.check
     if check is None:
@@ -401,8 +527,9 @@ def _final(status: TableStatus) -> str:
     )
 
 
-def render_row(status: TableStatus, root: str) -> str:
-    """One table's row; every link is relative (`root` leads from the page to Airflow's root)."""
+def render_row(status: TableStatus, root: str, *, now: datetime | None = None) -> str:
+    """One table's row; every link is relative (`root` leads from the page to Airflow's root);
+    `now` (default: the clock) times the attempts going on."""
     dag = f"{root}dags/{quote(status.dag_id)}"
     name = _text(status.name)
     behind_class, behind = _behind(status)
@@ -422,6 +549,7 @@ def render_row(status: TableStatus, root: str) -> str:
         f'<td class="{behind_class}" data-hours="{_text(status.freshness.hours_behind)}">{behind}</td>',
         f"<td>{_text(status.last_success_interval or '-')}</td>",
         f'<td class="last-run">{_last_run(status.last_run, dag)}</td>',
+        f'<td class="attempts">{_attempts(status, dag, now or utc_now())}</td>',
         f'<td class="spark-rows">{sparkline(staged)}{_latest(staged, "")}</td>',
         f'<td class="spark-seconds">{sparkline(seconds)}{_latest(seconds, " s")}</td>',
         f'<td class="quarantine">{sparkline(quarantined)}<br>{_quarantine(status)}'
@@ -485,7 +613,7 @@ def render_quarantine(report: QuarantineReport, root: str) -> str:
 def render_page(statuses: Sequence[TableStatus], root: str, now: datetime) -> str:
     """The whole page: self-contained HTML (inline CSS and SVG, no script)."""
     head = "".join(f"<th>{title}</th>" for title in HEADERS)
-    rows = "".join(render_row(s, root) for s in statuses) or (
+    rows = "".join(render_row(s, root, now=now) for s in statuses) or (
         f'<tr><td colspan="{len(HEADERS)}" class="muted">No table you may read.</td></tr>'
     )
     states = Counter(s.health.state for s in statuses)

@@ -11,57 +11,36 @@ from __future__ import annotations
 import json
 import logging
 import re
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import unquote
 
+from cdc_airflow.view.runs import (
+    BackfillProgress,
+    RunPoint,
+    active_backfills,
+    iso,
+    paused_dags,
+    recent_runs,
+    run_document,
+)
 from cdc_pipeline.columns import CHECK_FILE, REASON
 from cdc_pipeline.config import TableConfig, load_table_configs
-from cdc_pipeline.counts import OverwriteCounts, StageCounts
 from cdc_pipeline.health import Health, table_health
 from cdc_pipeline.paths import Location, TablePaths
-from cdc_pipeline.steps import ERROR_XCOM, QUARANTINE_BREACH_PREFIX, count_task_ids
+from cdc_pipeline.steps import QUARANTINE_BREACH_PREFIX
 from spark_jobs.runtime.storage import arrow_files, store_for
 from spark_jobs.status.freshness import DataFreshness, Freshness, data_freshness, data_freshness_of
 from spark_jobs.status.table_health import health_facts, unreadable_table
 
 log = logging.getLogger(__name__)
 
-RECENT_RUNS = 20  # runs per table in the sparklines and the quarantine growth
-COUNT_TASKS = count_task_ids()  # their XCom return_value holds the step's counts
 TIME_FORMAT = "%Y-%m-%d %H:%MZ"  # the one date format of the view
-FINISHED = ("success", "failed")
 RECENT_COMMITS = 5  # final's commits in the timeline
 TOP_REASONS = 3
 REASON_ROWS = 100_000  # the quarantine's newest rows whose reasons are counted
-
-
-@dataclass(frozen=True)
-class RunPoint:
-    """One DAG run of a table (queued, running or finished), with the counts its steps reported
-    (None if unknown) and, when it failed, its failed tasks and their one-line reasons."""
-
-    run_id: str
-    state: str
-    interval_start: datetime | None
-    interval_end: datetime | None
-    seconds: float | None
-    files: int | None = None  # landing files of the interval
-    rows_read: int | None = None
-    staged: int | None = None
-    quarantined: int | None = None
-    changes: int | None = None
-    rows_written: int | None = None
-    partitions_rewritten: int | None = None
-    started: datetime | None = None  # when it started (or was queued): the order of the runs
-    failures: tuple[tuple[str, str | None], ...] = ()  # (task id, its reason if it gave one)
-
-    @property
-    def finished(self) -> bool:
-        """Success or failed (a queued or running run has no counts or duration yet)."""
-        return self.state in FINISHED
 
 
 @dataclass(frozen=True)
@@ -93,7 +72,7 @@ class Commit:
     def as_dict(self) -> dict[str, Any]:
         return {
             "version": self.version,
-            "at": _iso(self.at),
+            "at": iso(self.at),
             "operation": self.operation,
             "files_added": self.files_added,
             "files_removed": self.files_removed,
@@ -123,6 +102,7 @@ class TableStatus:
     check: CheckResult | None = None
     problem: str | None = None  # what of the table could not be read (its row still shows)
     paused: bool = False  # its DAG is paused: no run starts
+    backfills: list[BackfillProgress] = field(default_factory=list)  # not completed, oldest first
     max_quarantine_fraction: float | None = None
     top_reasons: list[tuple[str, int]] = field(default_factory=list)  # of the newest rows held
     commits: list[Commit] = field(default_factory=list)  # final's newest commits, newest first
@@ -159,15 +139,16 @@ class TableStatus:
             "health": self.health.state,
             "reasons": list(self.health.reasons),
             "freshness_limit": self.freshness_limit,
-            "last_success_end": _iso(self.freshness.last_success_end),
+            "last_success_end": iso(self.freshness.last_success_end),
             "hours_behind": self.freshness.hours_behind,
-            "deadline": _iso(self.freshness.deadline),
+            "deadline": iso(self.freshness.deadline),
             "overdue": self.freshness.overdue,
             "data": None if self.freshness.data is None else self.freshness.data.document(),
             "last_success_interval": self.last_success_interval,
-            "last_run": _run_dict(self.last_run),
-            "runs": [_run_dict(r) for r in self.runs],
+            "last_run": run_document(self.last_run),
+            "runs": [run_document(r) for r in self.runs],
             "paused": self.paused,
+            "backfills": [b.document() for b in self.backfills],
             "quarantine_growth": self.quarantine_growth,
             "quarantine_rate": self.quarantine_rate,
             "max_quarantine_fraction": self.max_quarantine_fraction,
@@ -190,20 +171,6 @@ class TableStatus:
                 "breaches": self.check.breaches,
             },
         }
-
-
-def _iso(value: datetime | None) -> str | None:
-    return None if value is None else value.astimezone(UTC).isoformat()
-
-
-def _run_dict(run: RunPoint | None) -> dict[str, Any] | None:
-    if run is None:
-        return None
-    data = dict(run.__dict__)
-    data["interval_start"], data["interval_end"] = _iso(run.interval_start), _iso(run.interval_end)
-    data["started"] = _iso(run.started)
-    data["failures"] = [{"task_id": task, "reason": reason} for task, reason in run.failures]
-    return data
 
 
 def next_interval_end(cron: str, after: datetime) -> datetime:
@@ -370,234 +337,6 @@ def _attempt_seconds(run_id: Any, at: datetime) -> float | None:
     return seconds if seconds >= 0 else None
 
 
-def _counts(value: Any) -> dict[str, Any]:
-    """The `counts` of a step's XCom return value (stored as JSON, sometimes as JSON text)."""
-    for _ in range(2):
-        if isinstance(value, str):
-            try:
-                value = json.loads(value)
-            except ValueError:
-                return {}
-    counts = value.get("counts") if isinstance(value, dict) else None
-    return counts if isinstance(counts, dict) else {}
-
-
-def _int(value: Any) -> int | None:
-    try:
-        return None if value is None else int(value)
-    except (TypeError, ValueError):
-        return None
-
-
-def run_point(
-    run_id: str,
-    state: str,
-    *,
-    interval: tuple[datetime | None, datetime | None],
-    times: tuple[datetime | None, datetime | None],
-    xcoms: Mapping[str, Any],
-    failures: Sequence[tuple[str, str | None]] = (),
-    started: datetime | None = None,
-) -> RunPoint:
-    """A run and its steps' XCom values (task_id -> return_value) as one point of the history;
-    `times` its start and end (its duration), `failures` its failed tasks and reasons, `started`
-    when it started or was queued (default: its start)."""
-    stage_counts = _counts(xcoms.get("stage"))
-    stage = StageCounts.of_payload(stage_counts)
-    final = OverwriteCounts.of_payload(_counts(xcoms.get("overwrite_final")))
-    if str(stage_counts.get("noop")).lower() == "true":
-        # An interval without landing files: the step did nothing, so nothing was read or staged.
-        stage = StageCounts(rows_read=0, staged=0, quarantined=0).with_reported(stage)
-    begun, ended = (_utc(t) for t in times)
-    return RunPoint(
-        run_id=run_id,
-        state=state,
-        interval_start=_utc(interval[0]),
-        interval_end=_utc(interval[1]),
-        seconds=(ended - begun).total_seconds() if begun and ended else None,
-        files=_int(stage.files),
-        rows_read=_int(stage.rows_read),
-        staged=_int(stage.staged),
-        quarantined=_int(stage.quarantined),
-        changes=_int(final.changes),
-        rows_written=_int(final.rows_written),
-        partitions_rewritten=_int(final.partitions_rewritten),
-        started=_utc(started) or begun,
-        failures=tuple(failures),
-    )
-
-
-def _utc(value: datetime | None) -> datetime | None:
-    if value is None:
-        return None
-    return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
-
-
-def recent_runs(dag_ids: Collection[str], limit: int = RECENT_RUNS) -> dict[str, list[RunPoint]]:
-    """dag_id -> its last `limit` runs in any state (by start, or queue time, oldest first) with
-    counts, failed tasks and their reasons.
-
-    Three queries on the Airflow metadata DB whatever the number of tables: the runs (ranked per
-    DAG by a window function), the XCom values of their steps (counts, failure reasons) and their
-    failed task instances.
-    """
-    if not dag_ids:
-        return {}
-    from airflow.utils.session import create_session
-
-    with create_session() as session:
-        runs = _ranked_runs(session, dag_ids, limit)
-        values, errors = _step_values(session, [r.id for r in runs])
-        failed = _failed_tasks(session, dag_ids, [r.run_id for r in runs if r.state == "failed"])
-        worked = _task_times(session, dag_ids, [r.run_id for r in runs])
-    result: dict[str, list[RunPoint]] = {d: [] for d in dag_ids}
-    for r in sorted(
-        runs, key=lambda r: (r.dag_id, _utc(r.ordered) or datetime.min.replace(tzinfo=UTC))
-    ):
-        # When its tasks ran: `airflow dags test` records the logical date as a run's start.
-        times = worked.get((r.dag_id, r.run_id), (None, None))
-        result[r.dag_id].append(
-            run_point(
-                r.run_id,
-                str(r.state),
-                interval=(r.data_interval_start, r.data_interval_end),
-                times=times,
-                xcoms=values.get(r.id, {}),
-                failures=[
-                    (t, errors.get((r.id, t))) for t in sorted(failed.get((r.dag_id, r.run_id), []))
-                ],
-                started=times[0] or r.started,
-            )
-        )
-    return result
-
-
-def _ranked_runs(session: Any, dag_ids: Collection[str], limit: int) -> list[Any]:
-    """The last `limit` runs of each DAG, by start (or queue time, or interval end)."""
-    from airflow.models.dagrun import DagRun
-    from sqlalchemy import func, select
-
-    # A queued run has no start yet; a run `airflow dags test` made has neither.
-    started = func.coalesce(DagRun.start_date, DagRun.queued_at)
-    order = func.coalesce(started, DagRun.data_interval_end)
-    rank = func.row_number().over(partition_by=DagRun.dag_id, order_by=order.desc())
-    ranked = (
-        select(
-            DagRun.id,
-            DagRun.dag_id,
-            DagRun.run_id,
-            DagRun.state,
-            DagRun.data_interval_start,
-            DagRun.data_interval_end,
-            started.label("started"),
-            order.label("ordered"),
-            DagRun.start_date,
-            DagRun.end_date,
-            rank.label("rank"),
-        )
-        .where(DagRun.dag_id.in_(sorted(dag_ids)))
-        .subquery()
-    )
-    return list(session.execute(select(ranked).where(ranked.c.rank <= limit)).all())
-
-
-def _step_values(
-    session: Any, run_keys: Sequence[int]
-) -> tuple[dict[int, dict[str, Any]], dict[tuple[int, str], str]]:
-    """The steps' counts (run key -> task id -> return value) and failure reasons."""
-    from airflow.models.xcom import XComModel
-    from sqlalchemy import select
-
-    values: dict[int, dict[str, Any]] = {}
-    errors: dict[tuple[int, str], str] = {}
-    if not run_keys:
-        return values, errors
-    rows = session.execute(
-        select(XComModel.dag_run_id, XComModel.task_id, XComModel.key, XComModel.value).where(
-            XComModel.dag_run_id.in_(list(run_keys)),
-            XComModel.key.in_(("return_value", ERROR_XCOM)),
-            XComModel.map_index == -1,
-        )
-    ).all()
-    for run_key, task_id, key, value in rows:
-        if key == ERROR_XCOM:
-            errors[(run_key, task_id)] = _text_value(value)
-        elif task_id in COUNT_TASKS:
-            values.setdefault(run_key, {})[task_id] = value
-    return values, errors
-
-
-def _task_times(
-    session: Any, dag_ids: Collection[str], run_ids: Sequence[str]
-) -> dict[tuple[str, str], tuple[datetime | None, datetime | None]]:
-    """(dag id, run id) -> when its first task started and its last task ended."""
-    from airflow.models.taskinstance import TaskInstance
-    from sqlalchemy import func, select
-
-    if not run_ids:
-        return {}
-    rows = session.execute(
-        select(
-            TaskInstance.dag_id,
-            TaskInstance.run_id,
-            func.min(TaskInstance.start_date),
-            func.max(TaskInstance.end_date),
-        )
-        .where(TaskInstance.dag_id.in_(sorted(dag_ids)), TaskInstance.run_id.in_(list(run_ids)))
-        .group_by(TaskInstance.dag_id, TaskInstance.run_id)
-    ).all()
-    return {(dag_id, run_id): (start, end) for dag_id, run_id, start, end in rows}
-
-
-def _failed_tasks(
-    session: Any, dag_ids: Collection[str], run_ids: Sequence[str]
-) -> dict[tuple[str, str], list[str]]:
-    """(dag id, run id) -> the tasks that failed (not the upstream_failed after them)."""
-    from airflow.models.taskinstance import TaskInstance
-    from sqlalchemy import select
-
-    failed: dict[tuple[str, str], list[str]] = {}
-    if not run_ids:
-        return failed
-    for dag_id, run_id, task_id in session.execute(
-        select(TaskInstance.dag_id, TaskInstance.run_id, TaskInstance.task_id).where(
-            TaskInstance.dag_id.in_(sorted(dag_ids)),
-            TaskInstance.run_id.in_(list(run_ids)),
-            TaskInstance.state == "failed",
-        )
-    ).all():
-        failed.setdefault((dag_id, run_id), []).append(task_id)
-    return failed
-
-
-def _text_value(value: Any) -> str:
-    """An XCom value stored as JSON text, or as the text itself."""
-    if isinstance(value, str):
-        try:
-            decoded = json.loads(value)
-        except ValueError:
-            return value
-        return decoded if isinstance(decoded, str) else str(decoded)
-    return str(value)
-
-
-def paused_dags(dag_ids: Collection[str]) -> set[str]:
-    """The DAG ids among `dag_ids` that are paused (one query)."""
-    if not dag_ids:
-        return set()
-    from airflow.models.dag import DagModel
-    from airflow.utils.session import create_session
-    from sqlalchemy import select
-
-    with create_session() as session:
-        rows = session.execute(
-            select(DagModel.dag_id).where(
-                DagModel.dag_id.in_(sorted(dag_ids)), DagModel.is_paused.is_(True)
-            )
-        ).all()
-    return {row.dag_id for row in rows}
-
-
 def table_status(
     table: TableConfig,
     runs: Sequence[RunPoint],
@@ -605,8 +344,10 @@ def table_status(
     paths: TablePaths | None = None,
     *,
     paused: bool = False,
+    backfills: Sequence[BackfillProgress] = (),
 ) -> TableStatus:
-    """The view's row of one table from its recent runs (oldest start first) and Delta logs."""
+    """The view's row of one table from its recent runs (oldest start first), its backfills in
+    progress and its Delta logs."""
     now = now or datetime.now(UTC)
     paths = paths or TablePaths.for_table(table.name)
     successes = [r for r in runs if r.state == "success" and r.interval_end is not None]
@@ -638,6 +379,7 @@ def table_status(
         last_run=runs[-1] if runs else None,
         runs=list(runs),
         paused=paused,
+        backfills=list(backfills),
         max_quarantine_fraction=table.max_quarantine_fraction,
         check=read_check(paths.table_root),
         **_delta_facts(paths, problems),
@@ -752,18 +494,30 @@ def all_table_status(
     dag_ids = [t.dag_id for t in tables]
     runs = recent_runs(dag_ids) if with_airflow else {}
     paused = paused_dags(dag_ids) if with_airflow else set()
+    backfills = active_backfills(dag_ids) if with_airflow else {}
     return [
-        _table_status_or_problem(t, runs.get(t.dag_id, []), now, paused=t.dag_id in paused)
+        _table_status_or_problem(
+            t,
+            runs.get(t.dag_id, []),
+            now,
+            paused=t.dag_id in paused,
+            backfills=backfills.get(t.dag_id, []),
+        )
         for t in tables
     ]
 
 
 def _table_status_or_problem(
-    table: TableConfig, runs: Sequence[RunPoint], now: datetime | None, *, paused: bool
+    table: TableConfig,
+    runs: Sequence[RunPoint],
+    now: datetime | None,
+    *,
+    paused: bool,
+    backfills: Sequence[BackfillProgress],
 ) -> TableStatus:
     """The table's row; when reading it fails, a row that says why (the others still show)."""
     try:
-        return table_status(table, runs, now, paused=paused)
+        return table_status(table, runs, now, paused=paused, backfills=backfills)
     except Exception as error:
         log.exception("table %s: status unreadable", table.name)
         text = str(error).strip().splitlines()[0] if str(error).strip() else ""
@@ -777,4 +531,5 @@ def _table_status_or_problem(
             runs=list(runs),
             problem=f"unreadable: {type(error).__name__}: {text}",
             paused=paused,
+            backfills=list(backfills),
         )

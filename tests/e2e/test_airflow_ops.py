@@ -160,8 +160,8 @@ def alerts_of(path: Path, table: str) -> list[dict[str, Any]]:
 def view_runs(env: OpsAirflow, dag_id: str) -> list[dict[str, Any]]:
     """The runs the CDC tables view reads for a DAG (its recent_runs, as JSON)."""
     code = (
-        "from cdc_airflow.view.status import _run_dict, recent_runs\n"
-        f"print(json.dumps([_run_dict(r) for r in recent_runs([{dag_id!r}])[{dag_id!r}]]))\n"
+        "from cdc_airflow.view.runs import recent_runs, run_document\n"
+        f"print(json.dumps([run_document(r) for r in recent_runs([{dag_id!r}])[{dag_id!r}]]))\n"
     )
     runs: list[dict[str, Any]] = _printed(env, code)
     return runs

@@ -21,7 +21,8 @@ from fastapi.testclient import TestClient
 
 from cdc_airflow.view import plugin as view
 from cdc_airflow.view import status as table_status
-from cdc_airflow.view.status import RunPoint, freshness_of, read_check, run_point
+from cdc_airflow.view.runs import RunPoint, run_point
+from cdc_airflow.view.status import freshness_of, read_check
 from cdc_pipeline.config import load_table_configs
 from cdc_pipeline.paths import TablePaths
 
@@ -233,6 +234,7 @@ def client(delta_tables: Path, monkeypatch: pytest.MonkeyPatch) -> TestClient:
         table_status, "recent_runs", lambda dag_ids: {"cdc_alpha": history(), "cdc_beta": []}
     )
     monkeypatch.setattr(table_status, "paused_dags", lambda dag_ids: set())
+    monkeypatch.setattr(table_status, "active_backfills", lambda dag_ids: {})
     monkeypatch.setattr(view, "utc_now", lambda: NOW)
     parent = FastAPI()
     parent.mount("/cdc-tables", view.app)
@@ -505,3 +507,123 @@ def test_top_quarantine_reasons_leave_out_the_values_and_final_commits_form_a_ti
     }
     assert [c["version"] for c in data["commits"]] == [1, 0]
     json.dumps(data)
+
+
+def test_the_attempts_timeline_shows_queued_running_and_failed_tries_and_backfill_progress(
+    client: TestClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Newest first: the backfill's progress (n of m runs done), its queued runs as one line,
+    the task running with its try and time, the task that failed after its retries; a table
+    without runs says so. The JSON API carries the same attempts and backfills."""
+    from datetime import timedelta
+
+    from cdc_airflow.view.runs import Attempt, BackfillProgress
+
+    def backfill_run(hour: int, state: str, *attempts: Attempt) -> RunPoint:
+        return RunPoint(
+            f"backfill__{hour:02d}",
+            state,
+            at(hour),
+            at(hour + 1),
+            42.0 if state == "success" else None,
+            started=at(11, hour),
+            run_type="backfill",
+            backfill_id=7,
+            attempts=attempts,
+        )
+
+    running = Attempt(
+        task_id="overwrite_final",
+        state="running",
+        try_number=2,
+        tries=3,
+        started=NOW - timedelta(seconds=80),
+    )
+    failed = Attempt(task_id="stage", state="failed", try_number=3, tries=3, reason="error: x")
+    runs = [
+        *history(),
+        backfill_run(1, "success"),
+        backfill_run(2, "failed", failed),
+        backfill_run(3, "running", running),
+        *(backfill_run(h, "queued") for h in (4, 5, 6, 7, 8)),
+    ]
+    progress = BackfillProgress(
+        backfill_id=7,
+        from_date=at(1),
+        to_date=at(8),
+        states={"success": 1, "failed": 1, "running": 1, "queued": 5},
+        skipped=1,
+    )
+    monkeypatch.setattr(table_status, "recent_runs", lambda dag_ids: {"cdc_alpha": runs})
+    monkeypatch.setattr(table_status, "active_backfills", lambda dag_ids: {"cdc_alpha": [progress]})
+    monkeypatch.setattr(view, "readable_dag_ids", lambda *_: {"cdc_alpha", "cdc_beta"})
+    login(SimpleAuthManagerUser(username="v", role="viewer"))
+    page = client.get(PAGE).text
+    assert "<th>Attempts (newest first)</th>" in page
+    alpha = page[page.index('id="table-alpha"') : page.index('id="table-beta"')]
+    cell = alpha.split('<td class="attempts">')[1].split("</td>")[0]
+    lines = [line.split("</li>")[0] for line in cell.split("<li")[1:]]
+    assert lines[0] == (
+        ' class="backfill"><b>backfill 2 of 8 runs done: 1 failed, 1 running, 5 queued, '
+        '1 date skipped</b><br><span class="muted">dates 2024-03-01 01:00Z to '
+        "2024-03-01 08:00Z</span>"
+    )
+    assert lines[1] == (
+        '><span class="state queued">queued</span> 5 backfill runs, next [2024-03-01 04:00, 05:00)'
+    )
+    run = "../dags/cdc_alpha/runs/backfill__"
+    assert lines[2] == (
+        f'><span class="state running">running</span> <a href="{run}03" target="_top">'
+        "backfill [2024-03-01 03:00, 04:00)</a><br>"
+        f'<a href="{run}03/tasks/overwrite_final?try_number=2" target="_top">'
+        "overwrite_final try 2 of 3, running 1m20s</a>"
+    )
+    assert lines[3] == (
+        f'><span class="state failed">failed</span> <a href="{run}02" target="_top">'
+        "backfill [2024-03-01 02:00, 03:00)</a><br>"
+        f'<a class="bad" href="{run}02/tasks/stage?try_number=3" target="_top">'
+        "stage failed after 3 tries</a>"
+    )
+    assert lines[4].endswith("backfill [2024-03-01 01:00, 02:00)</a><br>in 42 s")
+    assert lines[5].endswith(">run [2024-03-01 09:00, 10:00)</a><br>in 45 s")  # type unknown
+    assert len(lines) == 2 + 5  # the backfill, the queued line, the 5 newest other runs
+    beta = page[page.index('id="table-beta"') :]
+    assert '<td class="attempts"><span class="muted">no runs yet</span></td>' in beta
+    data = {t["name"]: t for t in client.get(f"{PAGE}api/tables").json()}
+    assert data["alpha"]["backfills"][0]["summary"] == "2 of 8 runs done"
+    assert data["alpha"]["last_run"]["run_type"] == "backfill"
+    (attempt,) = data["alpha"]["runs"][5]["attempts"]
+    assert (attempt["task_id"], attempt["try_number"], attempt["tries"]) == (
+        "overwrite_final",
+        2,
+        3,
+    )
+    assert (data["beta"]["runs"], data["beta"]["backfills"]) == ([], [])
+
+
+@pytest.mark.parametrize(
+    ("state", "tried", "started", "text"),
+    [
+        ("failed", 1, None, "stage failed after 1 try"),
+        ("failed", 1, 3, "stage failed at try 1 of 3, not retried"),
+        ("up_for_retry", 1, 3, "stage try 1 of 3 failed, retrying"),
+        ("queued", 2, 3, "stage queued, try 2 of 3"),
+        ("running", 1, 1, "stage try 1 of 1, running 2h05m"),
+        ("deferred", 1, 1, "stage try 1 of 1, deferred 2h05m"),
+    ],
+)
+def test_an_attempt_reads_as_its_task_its_try_and_what_it_does(
+    state: str, tried: int, started: int | None, text: str
+) -> None:
+    from datetime import timedelta
+
+    from cdc_airflow.view.runs import Attempt
+
+    attempt = Attempt(
+        task_id="stage",
+        state=state,
+        try_number=tried,
+        tries=started or tried,
+        started=None if state in ("queued", "failed") else NOW - timedelta(minutes=125),
+    )
+    assert view.attempt_text(attempt, NOW) == text
