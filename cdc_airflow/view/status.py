@@ -30,7 +30,7 @@ from cdc_pipeline.columns import CHECK_FILE, REASON
 from cdc_pipeline.config import TableConfig, load_table_configs
 from cdc_pipeline.health import Health, table_health
 from cdc_pipeline.paths import Location, TablePaths
-from cdc_pipeline.steps import QUARANTINE_BREACH_PREFIX
+from cdc_pipeline.steps import QUARANTINE_BREACH_PREFIX, STEPS
 from spark_jobs.runtime.storage import arrow_files, store_for
 from spark_jobs.status.freshness import DataFreshness, Freshness, data_freshness, data_freshness_of
 from spark_jobs.status.table_health import health_facts, unreadable_table
@@ -41,6 +41,9 @@ TIME_FORMAT = "%Y-%m-%d %H:%MZ"  # the one date format of the view
 RECENT_COMMITS = 5  # final's commits in the timeline
 TOP_REASONS = 3
 REASON_ROWS = 100_000  # the quarantine's newest rows whose reasons are counted
+# The tasks that fail only to show a quarantine breach (quarantine_action warn): the run applied
+# its changes, so such a failure is the quarantine warning, not a failed run.
+BREACH_TASK_IDS = frozenset(step.task_id for step in STEPS if step.fails_on_quarantine_breach)
 
 
 @dataclass(frozen=True)
@@ -424,7 +427,7 @@ def _health(
         failures = [
             (task, reason)
             for task, reason in run.failures
-            if not (reason or "").startswith(QUARANTINE_BREACH_PREFIX)
+            if not (task in BREACH_TASK_IDS and (reason or "").startswith(QUARANTINE_BREACH_PREFIX))
         ]
         named = [f"{task}: {reason}" if reason else task for task, reason in failures]
         if failures or not run.failures:  # no failed task known: the run's id says which

@@ -193,6 +193,26 @@ def test_table_status_combines_runs_delta_logs_and_the_check(delta_tables: Path)
     json.dumps(data)  # JSON-ready
 
 
+def test_only_the_check_tasks_quarantine_breach_reads_as_a_warning(delta_tables: Path) -> None:
+    """quarantine_action warn fails the check task to show the breach: the run applied its
+    changes, so the table is not "last run failed". The same words from any other task are a
+    failed run."""
+    alpha = load_table_configs().table("alpha")
+    breach = "quarantine limit exceeded: table alpha: stage quarantined 2 of 3 rows (66.7%)"
+
+    def last(task: str) -> list[RunPoint]:
+        failed = RunPoint("manual__4", "failed", at(10), at(11), 20.0, failures=((task, breach),))
+        return [*history(), failed]
+
+    check = table_status.table_status(alpha, last("check"), NOW)
+    assert not any(r.startswith("last run failed") for r in check.health.reasons)
+    stage = table_status.table_status(alpha, last("stage"), NOW)
+    assert (stage.health.state, stage.health.reasons[0]) == (
+        "error",
+        f"last run failed: stage: {breach}",
+    )
+
+
 def test_sparkline_scales_values_into_the_box_and_marks_missing_ones() -> None:
     svg = view.sparkline([0.0, None, 10.0, 5.0], width=30, height=24)
     assert '<polyline points="0.0,22.0 20.0,2.0 30.0,12.0"/>' in svg
