@@ -565,3 +565,7 @@ def console_main() -> None:
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(code)
+
+
+if __name__ == "__main__":  # python -m cdc_tools.cli, as the `cdc` script
+    console_main()
