@@ -122,7 +122,7 @@ test-chart-schema: install
 
 # overwrite-final vs a full rebuild, delta-rs MERGE (streamed and not) and delta-spark MERGE INTO
 # (with and without deletion vectors) (over 10 minutes on 2 cores); options: .venv/bin/cdc bench
-# --help (--methods). Results: bench-results/latest.json and latest.png.
+# --help (--methods, --kafka-messages N). Results: bench-results/latest.json and latest.png.
 bench: install
 	$(BIN)/cdc bench
 

@@ -100,7 +100,7 @@ def _add_bench_commands(commands: Any) -> None:
     bench = commands.add_parser(
         "bench",
         help="overwrite-final vs a full rebuild and the MERGEs of delta-rs and delta-spark, timed "
-        "side by side",
+        "side by side; optionally messages staged per second from Kafka",
     )
     bench.add_argument("--config", type=Path, default=argparse.SUPPRESS)
     bench.add_argument("--rows", type=int, default=None, help="rows of the x1 table (5000000)")
@@ -138,6 +138,14 @@ def _add_bench_commands(commands: Any) -> None:
         help="comma-separated methods to measure (default: all): overwrite_final (always run), "
         "full_rebuild, delta_rs_merge, delta_rs_merge_unstreamed, delta_spark_merge, "
         "delta_spark_merge_dv",
+    )
+    bench.add_argument(
+        "--kafka-messages",
+        type=int,
+        default=None,
+        help="also measure messages staged per second: the bench starts the bundled Kafka "
+        "broker, sends N change messages to a topic and stages them as a source: kafka table "
+        "(median of --repeats runs, each into a fresh table; default: not measured)",
     )
     bench.add_argument("--output", type=Path, default=None, help="results folder (bench-results)")
     bench.add_argument("--smoke", action="store_true", help="tiny sizes: the harness in seconds")
@@ -370,6 +378,7 @@ def bench_overrides(namespace: argparse.Namespace) -> dict[str, object]:
             ("warm_up_runs", namespace.warm_up_runs),
             ("key_layout", namespace.key_layout),
             ("partition_stable", namespace.partition_stable or None),
+            ("kafka_messages", namespace.kafka_messages),
         )
         if value is not None
     }
@@ -377,6 +386,8 @@ def bench_overrides(namespace: argparse.Namespace) -> dict[str, object]:
         raise ValueError(f"--repeats must be at least 1, not {namespace.repeats}")
     if namespace.warm_up_runs is not None and namespace.warm_up_runs < 0:
         raise ValueError(f"--warm-up-runs must be at least 0, not {namespace.warm_up_runs}")
+    if namespace.kafka_messages is not None and namespace.kafka_messages < 1:
+        raise ValueError(f"--kafka-messages must be at least 1, not {namespace.kafka_messages}")
     if namespace.fractions:
         overrides["fractions"] = tuple(float(v) for v in namespace.fractions.split(","))
     if namespace.sizes:
@@ -393,8 +404,8 @@ def bench_overrides(namespace: argparse.Namespace) -> dict[str, object]:
 
 
 def run_bench_command(namespace: argparse.Namespace) -> int:
-    """`cdc bench`: the sweep, one line per case, the table of times, the ratios, and where the
-    results are."""
+    """`cdc bench`: the sweep, one line per case, the table of times, the ratios, the Kafka
+    staging rate when measured, and where the results are."""
     from dataclasses import replace
 
     from cdc_tools.bench.merges import BenchSpec, run_bench, summary_table
@@ -408,9 +419,19 @@ def run_bench_command(namespace: argparse.Namespace) -> int:
     except ValueError as error:
         print(f"error: bench: {error}", file=sys.stderr)
         return 2
+    kafka = None
+    if spec.kafka_messages:
+        from cdc_tools.bench.kafka_stage import kafka_unavailable, measure_kafka_staging
+
+        if (reason := kafka_unavailable()) is not None:
+            print(
+                f"error: bench: --kafka-messages: the broker cannot run: {reason}", file=sys.stderr
+            )
+            return 1
+        kafka = measure_kafka_staging
     os.environ.setdefault("CDC_SPARK_UI", "true")  # stage times come from Spark's REST API
     try:
-        result = run_bench(build_spark_session("cdc-bench"), spec)
+        result = run_bench(build_spark_session("cdc-bench"), spec, kafka=kafka)
     except Exception as error:
         print(f"error: bench: {one_line(error)}", file=sys.stderr)
         return 1
@@ -418,6 +439,11 @@ def run_bench_command(namespace: argparse.Namespace) -> int:
         print(f"bench: {line}")
     for name, value in result["ratios"].items():
         print(f"bench: {name}={value}")
+    if kafka := result.get("kafka_staging"):
+        print(
+            f"bench: kafka: {kafka['messages']:,} messages staged in {kafka['stage_seconds']} s "
+            f"(median): {kafka['messages_per_second']:,} messages/s"
+        )
     print(f"bench: results in {spec.output}/latest.json and latest.png")
     return 0
 

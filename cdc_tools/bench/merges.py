@@ -20,7 +20,9 @@ and applies it every way to its own copy of the table:
 
 With `partition_stable` every MERGE also names the partitions the changes touch in its
 condition (`cdc_tools.bench.peers`). `--methods` picks the methods (overwrite_final always runs:
-the others are checked against it).
+the others are checked against it). `--kafka-messages N` also measures the stage step of a
+`source: kafka` table over N messages (`cdc_tools.bench.kafka_stage`): messages staged per
+second.
 
 All results must hold the same rows (checked with Spark, both ways). Per method it
 records the wall time, the driver's peak memory (JVM and Python, Linux VmHWM reset before each
@@ -115,6 +117,8 @@ class BenchSpec:
     key_layout: str = "ordered"
     partition_stable: bool = False  # declare the table partition_stable; the changes move no key
     methods: tuple[str, ...] = METHODS  # the methods measured (overwrite_final always)
+    kafka_messages: int = 0  # messages of the Kafka staging measurement (0: not measured)
+    kafka_partitions: int = 3  # of its topic
 
     @classmethod
     def smoke(cls, output: Path) -> BenchSpec:
@@ -834,12 +838,20 @@ def peers_document(spark: SparkSession, spec: BenchSpec) -> dict[str, Any]:
     }
 
 
+# A measurement run after the cases in the bench's work folder: the Kafka staging rate
+# (`cdc_tools.bench.kafka_stage.measure_kafka_staging`), kept in the JSON as `kafka_staging`.
+KafkaMeasure = Callable[..., dict[str, Any]]
+
+
 def run_bench(
     spark: SparkSession,
     spec: BenchSpec,
     log: Callable[[str], None] = print,
+    *,
+    kafka: KafkaMeasure | None = None,
 ) -> dict[str, Any]:
-    """The whole sweep; returns the result written to the output folder."""
+    """The whole sweep, then `kafka(spark, spec, work, log=log)` when given; returns the result
+    written to the output folder."""
     spec.output.mkdir(parents=True, exist_ok=True)
     load_before = [round(x, 2) for x in os.getloadavg()]
     peers = peers_document(spark, spec)  # unknown methods fail here, before any case
@@ -848,6 +860,8 @@ def run_bench(
         cases = run_cases(spark, spec, work, log)
         auto_cdc = auto_cdc_peer(spark, work)
         log(f"bench: Spark Declarative Pipelines AUTO CDC into Delta: {auto_cdc}")
+        load_after_cases = [round(x, 2) for x in os.getloadavg()]
+        kafka_staging = kafka(spark, spec, work, log=log) if kafka is not None else None
     stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
     result = {
         "created": stamp,
@@ -856,6 +870,7 @@ def run_bench(
             "cpus": os.cpu_count(),
             "spark_master": spark.conf.get("spark.master"),
             "load_before": load_before,
+            "load_after_cases": load_after_cases,
             "load_after": [round(x, 2) for x in os.getloadavg()],
         },
         "delta_spark": has_delta_spark(spark),
@@ -864,6 +879,8 @@ def run_bench(
         "cases": cases,
         "ratios": ratios(cases),
     }
+    if kafka_staging is not None:
+        result["kafka_staging"] = kafka_staging
     write_result(result, spec.output, stamp)
     return result
 

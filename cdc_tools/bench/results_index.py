@@ -115,6 +115,11 @@ def bench_figures(result: dict[str, Any]) -> str:
         f"{rows:,} rows, {changes:,} changes: " + "; ".join(fractions)
         for (rows, changes), fractions in shapes.items()
     ]
+    if kafka := result.get("kafka_staging"):
+        parts.append(
+            f"Kafka: {kafka['messages']:,} messages staged in {seconds(kafka['stage_seconds'])}, "
+            f"{kafka['messages_per_second']:,} messages/s"
+        )
     return "; ".join(parts)
 
 

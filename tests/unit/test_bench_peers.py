@@ -1,14 +1,18 @@
 """The bench's peers at their best (no Spark): which methods run, the partition predicate of a
-partition_stable table's MERGEs, the ratios and summary table per method."""
+partition_stable table's MERGEs, the ratios and summary table per method, and the Kafka
+measurement's messages."""
 
 from __future__ import annotations
 
+import json
+import os
 from dataclasses import replace
 from typing import Any
 
 import pytest
 
 from cdc_tools.bench import merges as bench
+from cdc_tools.bench.kafka_stage import bootstrap_servers, change_messages
 from cdc_tools.bench.peers import (
     delta_rs_settings,
     delta_rs_streamed_default,
@@ -137,6 +141,7 @@ def test_the_summary_table_shows_each_case_once_with_every_method() -> None:
     ("args", "message"),
     [
         (["--methods", "overwrite_final,merge_fast"], "unknown method(s) merge_fast"),
+        (["--kafka-messages", "0"], "--kafka-messages must be at least 1, not 0"),
     ],
 )
 def test_bench_refuses_bad_method_lists_and_message_counts(
@@ -146,10 +151,37 @@ def test_bench_refuses_bad_method_lists_and_message_counts(
     assert message in capsys.readouterr().err
 
 
-def test_the_results_index_names_the_new_methods() -> None:
+def test_kafka_messages_are_flat_json_changes_of_distinct_keys() -> None:
+    spec = bench.BenchSpec(key_width=2, partitions=10)
+    messages = change_messages(spec, 40)
+    values = [json.loads(value) for _, value in messages]
+    assert [key for key, _ in messages] == [str(v["K1"]) for v in values]
+    assert len({(v["K1"], v["K2"]) for v in values}) == 40
+    assert [v["FLAG"] for v in values].count("I") == 2
+    deletes = [v for v in values if v["FLAG"] == "D"]
+    assert len(deletes) == 2 and all(set(d) == {"K1", "K2", "FLAG", "TS"} for d in deletes)
+    assert {v["TS"] for v in values} == {"2024-01-02 00:00:00"}
+    table = bench.bench_table(spec, topic="cdc-bench-t")
+    assert (table.source, table.topic, table.file_format) == ("kafka", "cdc-bench-t", "json")
+
+
+def test_the_bootstrap_servers_are_set_for_the_measurement_only(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("CDC_KAFKA_BOOTSTRAP_SERVERS", "elsewhere:9092")
+    with bootstrap_servers("127.0.0.1:1234"):
+        assert os.environ["CDC_KAFKA_BOOTSTRAP_SERVERS"] == "127.0.0.1:1234"
+    assert os.environ["CDC_KAFKA_BOOTSTRAP_SERVERS"] == "elsewhere:9092"
+
+
+def test_the_results_index_names_the_new_methods_and_the_kafka_rate() -> None:
     from cdc_tools.bench import results_index
 
     result: dict[str, Any] = {"cases": [{**CASES[0], "changes": 20000}]}
     figures = results_index.bench_figures(result)
     assert "delta-rs MERGE (unstreamed) 0.75 s" in figures
     assert "delta-spark MERGE INTO (deletion vectors) 1.25 s" in figures
+    result["kafka_staging"] = {"messages": 1000, "stage_seconds": 0.5, "messages_per_second": 2000}
+    assert results_index.bench_figures(result).endswith(
+        "; Kafka: 1,000 messages staged in 0.50 s, 2,000 messages/s"
+    )
