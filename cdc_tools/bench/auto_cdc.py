@@ -46,7 +46,7 @@ from cdc_tools.bench.cycle import (
     naive_utc,
 )
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]  # the project (cdc_tools/bench/ is two down)
 TEST_CATALOG_DIR = ROOT / ".tools" / "spark-test-catalog"  # make test: the catalyst test jar
 CATALOG = "cdc_auto_cdc"
 CATALOG_CLASS = (

@@ -480,3 +480,13 @@ def test_steady_figures_are_the_later_cycles_median_with_the_first_apart() -> No
     assert figures["runs_succeeded"] == 30 and len(figures["per_cycle"]) == 3
     alone = steady_figures([cycle(1, 90.0, [])])
     assert (alone["cycle_seconds"], alone["figures_from"]) == (90.0, "the one cycle")
+
+
+def test_the_auto_cdc_peer_looks_for_its_test_jar_where_make_test_fetches_it() -> None:
+    """`make .tools/spark-test-catalog/.fetched` puts the jar under the project's .tools (the
+    module moved into cdc_tools/bench/ once and looked one folder too deep)."""
+    from cdc_tools.bench import auto_cdc
+
+    project = Path(__file__).resolve().parents[2]
+    assert (project / "Makefile").exists()
+    assert project / ".tools" / "spark-test-catalog" == auto_cdc.TEST_CATALOG_DIR
