@@ -309,8 +309,14 @@ def test_postgresql_stopped_for_30_seconds(
     assert refused in said
     # A task whose try met the outage failed naming the metadata database (the api-server's
     # "Database error"; or its supervisor's "Too many failed heartbeats" after 3 failed
-    # heartbeats, 5 s apart); its retry succeeded.
+    # heartbeats, 5 s apart); or the try was queued when the scheduler exited and the restarted
+    # scheduler reset it as orphaned (it never ran: it has no log); its retry succeeded.
     causes = ("Database error", "Connection refused", "Too many failed heartbeats")
     for task in retried_tasks(topology, intervals(hours)):
         failed = task_log(topology, task, task["try_number"] - 1)
-        assert any(cause in failed for cause in causes), logged_errors(failed)
+        reset = f"<TaskInstance: {task['dag_id']}.{task['task_id']} {task['run_id']} "
+        orphaned = "orphaned TaskInstances" in said and reset in said
+        assert any(cause in failed for cause in causes) or orphaned, (
+            task,
+            logged_errors(failed) or failed[-3000:] or "no log for the failed try",
+        )
