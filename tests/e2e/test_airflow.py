@@ -507,18 +507,24 @@ def test_cdc_tables_view_needs_login_and_shows_each_table(
         shown = [f"{label} {counts[key]}" for key, label in labels.items() if key in counts]
         print(f"\nlatest run {latest['dag_run_id']}: counts {counts}; cell {texts[3]!r}")
         assert shown and all(part in texts[3] for part in shown), (shown, texts[3])
+        # The attempts timeline: one line per finished run at most, each starting with its state.
+        assert len(cells) == 12, texts  # the 13 columns of the page, Health aside
+        runs_shown = driver.find_elements(By.CSS_SELECTOR, "#table-t_backfill td.attempts li")
+        states = [li.text.split()[0] for li in runs_shown]
+        assert states and set(states) <= {"success", "failed"}, texts[4]
+        assert len(states) == min(len(finished), 5), texts[4]  # the last 5 finished runs
         # Sparklines of the finished runs (inline SVG), quarantine growth, the final table.
         for column in ("spark-rows", "spark-seconds", "quarantine"):
             title = driver.find_element(
                 By.CSS_SELECTOR, f"#table-t_backfill td.{column} svg title"
             ).get_attribute("textContent")
             assert title is not None and title.endswith(f" over {len(finished)} runs"), column
-        assert f"+0 over {len(finished)} runs" in texts[6]
-        assert texts[7].startswith(f"{len(table_rows(final, ['ID']))} rows")
-        assert f"v{DeltaTable(str(final)).version()}," in texts[7]
+        assert f"+0 over {len(finished)} runs" in texts[7]
+        assert texts[8].startswith(f"{len(table_rows(final, ['ID']))} rows")
+        assert f"v{DeltaTable(str(final)).version()}," in texts[8]
         # Final's timeline: its newest commits, newest first, with the step that made each.
         newest_commits = DeltaTable(str(final)).history(limit=5)
-        timeline = texts[8].splitlines()
+        timeline = texts[9].splitlines()
         assert len(timeline) == len(newest_commits), timeline
         for line, entry in zip(timeline, newest_commits, strict=True):
             step = entry.get("cdc_step") or entry["operation"]
@@ -526,9 +532,9 @@ def test_cdc_tables_view_needs_login_and_shows_each_table(
         check_file = ws.paths("t_backfill").table_root / "_cdc_check.json"
         if check_file.exists():  # the DAG's check task writes it
             check = json.loads(check_file.read_text())
-            assert texts[9].startswith("ok" if check["ok"] else f"breach: {check['breaches'][0]}")
+            assert texts[10].startswith("ok" if check["ok"] else f"breach: {check['breaches'][0]}")
         else:
-            assert texts[9] == "not checked"
+            assert texts[10] == "not checked"
         # Links are relative to the page (so a sub-path deployment works) and lead to the DAG.
         link = driver.find_element(By.CSS_SELECTOR, "#table-t_backfill a")
         assert link.get_dom_attribute("href") == "../dags/cdc_t_backfill"
