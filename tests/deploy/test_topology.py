@@ -258,6 +258,19 @@ def outage_seen_by_scheduler(said: str, ti: str) -> bool:
     return any(ti in block for block in resets) or lost is not None
 
 
+def supervisor_gave_up(worker_log: str, failed: str) -> bool:
+    """Whether the worker's log shows the supervisor of the try whose log is `failed` (its
+    records carry the try's ti_id) failing its third heartbeat and terminating the task."""
+    found = re.search(r'"ti_id":\s*"([0-9a-f-]{36})"', failed)
+    if found is None:
+        return False
+    third = re.compile(
+        r"Failed to send heartbeat[^\n]*failed_heartbeats=3[^\n]*"
+        + re.escape(f"ti_id=UUID('{found.group(1)}')")
+    )
+    return third.search(worker_log) is not None and "Too many failed heartbeats" in worker_log
+
+
 def logged_errors(log: str) -> str:
     """The error records of a task's log (what a failed assertion shows), each cut to 1500."""
     return "\n".join(line[:1500] for line in log.splitlines() if '"level":"error"' in line)
@@ -322,16 +335,18 @@ def test_postgresql_stopped_for_30_seconds(
     )
     assert refused in said
     # A task whose try met the outage failed naming the metadata database (the api-server's
-    # "Database error"; or its supervisor's "Too many failed heartbeats" after 3 failed
-    # heartbeats, 5 s apart); or the scheduler's log says what the outage did to the try: queued
-    # when the scheduler exited, the restarted scheduler reset it as orphaned (it never ran); or
-    # its work done and its success never recorded (the executor said success, the database still
-    # said running: Airflow retries such a try). Its retry succeeded, and final is exact above.
+    # "Database error"), or was ended by it, as the logs since the outage say: its supervisor
+    # terminated it after 3 failed heartbeats, 5 s apart (in the try's log or the worker's); the
+    # restarted scheduler reset it as orphaned (queued when the scheduler exited: it never ran);
+    # or its success was never recorded (the executor said success, the database still said
+    # running: Airflow retries such a try). Its retry succeeded, and final is exact above.
     causes = ("Database error", "Connection refused", "Too many failed heartbeats")
+    worker_log = (topology.root / "airflow-worker.log").read_text(errors="replace")
     for task in retried_tasks(topology, intervals(hours)):
         failed = task_log(topology, task, task["try_number"] - 1)
         ti = f"<TaskInstance: {task['dag_id']}.{task['task_id']} {task['run_id']} "
-        assert any(cause in failed for cause in causes) or outage_seen_by_scheduler(said, ti), (
+        ended = outage_seen_by_scheduler(said, ti) or supervisor_gave_up(worker_log, failed)
+        assert any(cause in failed for cause in causes) or ended, (
             task,
             logged_errors(failed) or failed[-3000:] or "no log for the failed try",
         )
