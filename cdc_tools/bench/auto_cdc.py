@@ -35,6 +35,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from cdc_pipeline.paths import project_root
 from cdc_tools.bench.cycle import (
     EVENT_COLUMNS,
     UPSERT_COLUMNS,
@@ -46,8 +47,8 @@ from cdc_tools.bench.cycle import (
     naive_utc,
 )
 
-ROOT = Path(__file__).resolve().parents[2]  # the project (cdc_tools/bench/ is two down)
-TEST_CATALOG_DIR = ROOT / ".tools" / "spark-test-catalog"  # make test: the catalyst test jar
+# make test: the catalyst test jar (under the checkout, as the bundled Kafka broker's .tools/kafka)
+TEST_CATALOG_DIR = project_root() / ".tools" / "spark-test-catalog"
 CATALOG = "cdc_auto_cdc"
 CATALOG_CLASS = (
     "org.apache.spark.sql.connector.catalog.SharedTablesInMemoryRowLevelOperationTableCatalog"

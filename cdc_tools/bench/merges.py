@@ -99,7 +99,7 @@ class BenchSpec:
     @classmethod
     def smoke(cls, output: Path) -> BenchSpec:
         """Tiny sizes: the harness end to end (a fraction and a size sweep, every method, the
-        repeat and warm-up paths) in about 4 minutes on 2 cores."""
+        repeat and warm-up paths) in about 2 minutes on 2 cores."""
         return cls(
             rows=4_000,
             partitions=10,
