@@ -120,12 +120,13 @@ test-lowest-airflow: install
 test-chart-schema: install
 	CDC_TEST_CHART_SCHEMA=1 $(BIN)/python -m pytest tests/repo/test_kubernetes_manifests.py
 
-# overwrite-final vs a full rebuild vs a delta-rs MERGE (about 10 minutes on 2 cores);
-# options: .venv/bin/cdc bench --help. Results: bench-results/latest.json and latest.png.
+# overwrite-final vs a full rebuild, delta-rs MERGE (streamed and not) and delta-spark MERGE INTO
+# (with and without deletion vectors) (over 10 minutes on 2 cores); options: .venv/bin/cdc bench
+# --help (--methods, --kafka-messages N). Results: bench-results/latest.json and latest.png.
 bench: install
 	$(BIN)/cdc bench
 
-# The same harness at tiny sizes (under a minute): fails if the three methods disagree.
+# The same harness at tiny sizes (about a minute): fails if the methods disagree.
 bench-smoke: install
 	$(BIN)/cdc bench --smoke
 

@@ -116,7 +116,9 @@ def _add_repair_command(commands: Any) -> None:
 def _add_bench_commands(commands: Any) -> None:
     """`cdc bench` and `cdc bench-cycle` with their options (the latter's in its own function)."""
     bench = commands.add_parser(
-        "bench", help="overwrite-final vs a full rebuild vs a delta-rs MERGE, timed side by side"
+        "bench",
+        help="overwrite-final vs a full rebuild and the MERGEs of delta-rs and delta-spark, timed "
+        "side by side; optionally messages staged per second from Kafka",
     )
     bench.add_argument("--config", type=Path, default=argparse.SUPPRESS)
     bench.add_argument("--rows", type=int, default=None, help="rows of the x1 table (5000000)")
@@ -147,6 +149,21 @@ def _add_bench_commands(commands: Any) -> None:
         "--partition-stable",
         action="store_true",
         help="declare the table partition_stable (the change set then moves no key)",
+    )
+    bench.add_argument(
+        "--methods",
+        default=None,
+        help="comma-separated methods to measure (default: all): overwrite_final (always run), "
+        "full_rebuild, delta_rs_merge, delta_rs_merge_unstreamed, delta_spark_merge, "
+        "delta_spark_merge_dv",
+    )
+    bench.add_argument(
+        "--kafka-messages",
+        type=int,
+        default=None,
+        help="also measure messages staged per second: the bench starts the bundled Kafka "
+        "broker, sends N change messages to a topic and stages them as a source: kafka table "
+        "(median of --repeats runs, each into a fresh table; default: not measured)",
     )
     bench.add_argument("--output", type=Path, default=None, help="results folder (bench-results)")
     bench.add_argument("--smoke", action="store_true", help="tiny sizes: the harness in seconds")
@@ -364,51 +381,87 @@ def run_demo_command(namespace: argparse.Namespace) -> int:
     return 0
 
 
+def bench_overrides(namespace: argparse.Namespace) -> dict[str, object]:
+    """`cdc bench`'s options as BenchSpec fields (only those given); ValueError for a bad one."""
+    from cdc_tools.bench.merges import METHODS
+
+    overrides: dict[str, object] = {
+        name: value
+        for name, value in (
+            ("rows", namespace.rows),
+            ("partitions", namespace.partitions),
+            ("key_width", namespace.key_width),
+            ("changes", namespace.changes),
+            ("repeats", namespace.repeats),
+            ("warm_up_runs", namespace.warm_up_runs),
+            ("key_layout", namespace.key_layout),
+            ("partition_stable", namespace.partition_stable or None),
+            ("kafka_messages", namespace.kafka_messages),
+        )
+        if value is not None
+    }
+    if namespace.repeats is not None and namespace.repeats < 1:
+        raise ValueError(f"--repeats must be at least 1, not {namespace.repeats}")
+    if namespace.warm_up_runs is not None and namespace.warm_up_runs < 0:
+        raise ValueError(f"--warm-up-runs must be at least 0, not {namespace.warm_up_runs}")
+    if namespace.kafka_messages is not None and namespace.kafka_messages < 1:
+        raise ValueError(f"--kafka-messages must be at least 1, not {namespace.kafka_messages}")
+    if namespace.fractions:
+        overrides["fractions"] = tuple(float(v) for v in namespace.fractions.split(","))
+    if namespace.sizes:
+        overrides["sizes"] = tuple(int(v) for v in namespace.sizes.split(","))
+    if namespace.methods:
+        methods = tuple(m.strip() for m in namespace.methods.split(",") if m.strip())
+        unknown = [m for m in methods if m not in METHODS]
+        if unknown:
+            raise ValueError(
+                f"unknown method(s) {', '.join(unknown)}: choose from {', '.join(METHODS)}"
+            )
+        overrides["methods"] = methods
+    return overrides
+
+
 def run_bench_command(namespace: argparse.Namespace) -> int:
-    """`cdc bench`: the sweep, one line per case, the ratios, and where the results are."""
+    """`cdc bench`: the sweep, one line per case, the table of times, the ratios, the Kafka
+    staging rate when measured, and where the results are."""
     from dataclasses import replace
 
-    from cdc_tools.bench.merges import BenchSpec, run_bench
+    from cdc_tools.bench.merges import BenchSpec, run_bench, summary_table
     from spark_jobs.runtime.failures import one_line
     from spark_jobs.runtime.session import build_spark_session
 
     output = namespace.output or Path("bench-results") / ("smoke" if namespace.smoke else "")
     spec = BenchSpec.smoke(output) if namespace.smoke else BenchSpec(output=output)
     try:
-        overrides: dict[str, object] = {
-            name: value
-            for name, value in (
-                ("rows", namespace.rows),
-                ("partitions", namespace.partitions),
-                ("key_width", namespace.key_width),
-                ("changes", namespace.changes),
-                ("repeats", namespace.repeats),
-                ("warm_up_runs", namespace.warm_up_runs),
-                ("key_layout", namespace.key_layout),
-                ("partition_stable", namespace.partition_stable or None),
-            )
-            if value is not None
-        }
-        if namespace.repeats is not None and namespace.repeats < 1:
-            raise ValueError(f"--repeats must be at least 1, not {namespace.repeats}")
-        if namespace.warm_up_runs is not None and namespace.warm_up_runs < 0:
-            raise ValueError(f"--warm-up-runs must be at least 0, not {namespace.warm_up_runs}")
-        if namespace.fractions:
-            overrides["fractions"] = tuple(float(v) for v in namespace.fractions.split(","))
-        if namespace.sizes:
-            overrides["sizes"] = tuple(int(v) for v in namespace.sizes.split(","))
+        spec = replace(spec, **bench_overrides(namespace))  # type: ignore[arg-type]
     except ValueError as error:
         print(f"error: bench: {error}", file=sys.stderr)
         return 2
-    spec = replace(spec, **overrides)  # type: ignore[arg-type]
+    kafka = None
+    if spec.kafka_messages:
+        from cdc_tools.bench.kafka_stage import kafka_unavailable, measure_kafka_staging
+
+        if (reason := kafka_unavailable()) is not None:
+            print(
+                f"error: bench: --kafka-messages: the broker cannot run: {reason}", file=sys.stderr
+            )
+            return 1
+        kafka = measure_kafka_staging
     os.environ.setdefault("CDC_SPARK_UI", "true")  # stage times come from Spark's REST API
     try:
-        result = run_bench(build_spark_session("cdc-bench"), spec)
+        result = run_bench(build_spark_session("cdc-bench"), spec, kafka=kafka)
     except Exception as error:
         print(f"error: bench: {one_line(error)}", file=sys.stderr)
         return 1
+    for line in summary_table(result):
+        print(f"bench: {line}")
     for name, value in result["ratios"].items():
         print(f"bench: {name}={value}")
+    if kafka := result.get("kafka_staging"):
+        print(
+            f"bench: kafka: {kafka['messages']:,} messages staged in {kafka['stage_seconds']} s "
+            f"(median): {kafka['messages_per_second']:,} messages/s"
+        )
     print(f"bench: results in {spec.output}/latest.json and latest.png")
     return 0
 
@@ -593,3 +646,7 @@ def console_main() -> None:
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(code)
+
+
+if __name__ == "__main__":  # python -m cdc_tools.cli, as the `cdc` script
+    console_main()

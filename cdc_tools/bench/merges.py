@@ -10,10 +10,19 @@ and applies it every way to its own copy of the table:
 - `full_rebuild`: seed 001's compaction: rank every row of the table with the changes and
   rewrite the whole table;
 - `delta_rs_merge`: `DeltaTable.merge` upsert/delete of the latest change per key (newer
-  sequence only), in delta-rs's own engine;
+  sequence only), in delta-rs's own engine, streamed (`streamed_exec=True`, deltalake 1.6's
+  default); `delta_rs_merge_unstreamed` the same with `streamed_exec=False` (the source's key
+  statistics prune the target's files);
 - `delta_spark_merge`: the same MERGE as Delta Lake's own `MERGE INTO` on the same Spark session
-  (delta-spark, the jars `make install` fetches): what a hand-written Spark MERGE job does. Left
-  out, and said so in the JSON, when the session has no Delta Lake extension.
+  (delta-spark, the jars `make install` fetches): what a hand-written Spark MERGE job does;
+  `delta_spark_merge_dv` the same on a copy with deletion vectors enabled (set before the run,
+  not timed). Left out, and said so in the JSON, when the session has no Delta Lake extension.
+
+With `partition_stable` every MERGE also names the partitions the changes touch in its
+condition (`cdc_tools.bench.peers`). `--methods` picks the methods (overwrite_final always runs:
+the others are checked against it). `--kafka-messages N` also measures the stage step of a
+`source: kafka` table over N messages (`cdc_tools.bench.kafka_stage`): messages staged per
+second.
 
 All results must hold the same rows (checked with Spark, both ways). Per method it
 records the wall time, the driver's peak memory (JVM and Python, Linux VmHWM reset before each
@@ -37,10 +46,10 @@ import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from datetime import UTC, datetime
+from functools import partial
 from pathlib import Path
 from typing import Any
 
-from deltalake import DeltaTable
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
@@ -48,18 +57,23 @@ from cdc_pipeline.config import TableConfig
 from cdc_pipeline.counts import StageCounts
 from cdc_pipeline.intervals import HourBatch, Interval
 from cdc_pipeline.paths import TablePaths
+from cdc_tools.bench.peers import (
+    DELTA_RS_UNSTREAMED,
+    DELTA_SPARK_DV,
+    DELTA_SPARK_METHODS,
+    delta_rs_merge,
+    delta_rs_settings,
+    delta_rs_streamed_default,
+    delta_spark_merge,
+    enable_deletion_vectors,
+    full_rebuild,
+    has_deletion_vectors,
+    has_delta_spark,
+)
 from spark_jobs import delta
 from spark_jobs.overwrite.final_table import final_schema
 from spark_jobs.overwrite_final import run_overwrite_final
-from spark_jobs.rules.transforms import (
-    ARRIVAL,
-    BATCH,
-    FILE,
-    FLAG,
-    ROW,
-    latest_change_per_key,
-    persisted,
-)
+from spark_jobs.rules.transforms import ARRIVAL, BATCH, FILE, ROW, persisted
 from spark_jobs.runtime.context import StepContext
 from spark_jobs.runtime.report import StepReport
 from spark_jobs.runtime.session import is_connect
@@ -69,7 +83,14 @@ TABLE = "bench"
 BASE_TIME = datetime(2024, 1, 1, tzinfo=UTC)
 CHANGE_HOUR = datetime(2024, 1, 2, tzinfo=UTC)
 CHANGE_WINDOW = Interval(CHANGE_HOUR, CHANGE_HOUR.replace(hour=1))  # the hour a case stages
-METHODS = ("overwrite_final", "full_rebuild", "delta_rs_merge", "delta_spark_merge")
+METHODS = (
+    "overwrite_final",
+    "full_rebuild",
+    "delta_rs_merge",
+    DELTA_RS_UNSTREAMED,
+    "delta_spark_merge",
+    DELTA_SPARK_DV,
+)
 
 
 @dataclass(frozen=True)
@@ -95,6 +116,9 @@ class BenchSpec:
     # every file's range covers the whole key space and statistics prune nothing.
     key_layout: str = "ordered"
     partition_stable: bool = False  # declare the table partition_stable; the changes move no key
+    methods: tuple[str, ...] = METHODS  # the methods measured (overwrite_final always)
+    kafka_messages: int = 0  # messages of the Kafka staging measurement (0: not measured)
+    kafka_partitions: int = 3  # of its topic
 
     @classmethod
     def smoke(cls, output: Path) -> BenchSpec:
@@ -115,14 +139,20 @@ class BenchSpec:
         )
 
 
-def bench_table(spec: BenchSpec) -> TableConfig:
-    """The config row of the benchmark table."""
+def bench_table(spec: BenchSpec, *, topic: str | None = None) -> TableConfig:
+    """The config row of the benchmark table: reading landed Parquet files, or (a `topic`) the
+    flat JSON messages of that Kafka topic."""
     keys = [f"K{i}" for i in range(1, spec.key_width + 1)]
     columns = {k: "bigint" for k in keys}
     columns.update(REGION="int", V1="bigint", V2="string", V3="double", TS="timestamp")
+    source: dict[str, Any] = (
+        {"file_format": "parquet"}
+        if topic is None
+        else {"source": "kafka", "topic": topic, "change_format": "flat"}
+    )
     return TableConfig(
         name=TABLE,
-        file_format="parquet",
+        **source,
         columns=columns,
         keys=keys,
         sequence_by=["TS"],
@@ -345,8 +375,10 @@ def _union_ms(spans: Sequence[tuple[datetime, datetime] | None]) -> int:
 
 
 def _files(path: Path) -> dict[str, int]:
+    """The table's data files (paths relative to it) and deletion vector files: their sizes."""
     snapshot = delta.load_snapshot(path)
-    return {f.path: f.size for f in snapshot.files}
+    vectors = {p.name: p.stat().st_size for p in path.glob("deletion_vector_*.bin")}
+    return {f.path: f.size for f in snapshot.files} | vectors
 
 
 @dataclass
@@ -423,82 +455,6 @@ def repeated_measure(
     )
 
 
-def full_rebuild(
-    spark: SparkSession, table: TableConfig, final: Path, changes: DataFrame
-) -> dict[str, Any]:
-    """Seed 001's compaction: rank all rows with the changes, rewrite the whole table."""
-    snapshot = delta.load_snapshot(final)
-    current = delta.read_snapshot(spark, snapshot).withColumn(FLAG, F.lit("U"))
-    ranked = latest_change_per_key(
-        current.unionByName(changes.select(*current.columns)), table.keys, table.sequence_by
-    )
-    rows = ranked.filter(F.col(FLAG) != "D").drop(FLAG)
-    run_id = delta.new_run_id()
-    written = delta.write_files(rows, final, snapshot.partition_columns, run_id)
-    result = delta.commit(snapshot, written, "overwrite", step="full_rebuild", run_id=run_id)
-    return {"rows_written": written.rows, "final_version": result.version}
-
-
-def delta_rs_merge(table: TableConfig, final: Path, changes: DataFrame) -> dict[str, Any]:
-    """delta-rs MERGE of the latest change per key: newer sequence updates or deletes; new
-    keys are inserted unless deleted."""
-    latest = latest_change_per_key(changes, table.keys, table.sequence_by)
-    source = latest.toArrow()  # the change set, collected for delta-rs (small by design)
-    target = DeltaTable(str(final))
-    columns = [f.name for f in target.schema().fields]
-    on = " AND ".join(f"t.{k} = s.{k}" for k in table.keys)
-    newer = "s.TS > t.TS"
-    metrics = (
-        target.merge(source, predicate=on, source_alias="s", target_alias="t")
-        .when_matched_delete(predicate=f"s.{FLAG} = 'D' AND {newer}")
-        .when_matched_update(
-            updates={c: f"s.{c}" for c in columns}, predicate=f"s.{FLAG} <> 'D' AND {newer}"
-        )
-        .when_not_matched_insert(
-            updates={c: f"s.{c}" for c in columns}, predicate=f"s.{FLAG} <> 'D'"
-        )
-        .execute()
-    )
-    keep = ("num_target_rows_inserted", "num_target_rows_updated", "num_target_rows_deleted")
-    return {k: metrics.get(k) for k in keep}
-
-
-def has_delta_spark(spark: SparkSession) -> bool:
-    """Whether the session runs Delta Lake's SQL extension (MERGE INTO a path)."""
-    try:
-        extensions = spark.conf.get("spark.sql.extensions", "") or ""
-    except Exception:  # a Connect server may refuse to read a static setting
-        return False
-    return "DeltaSparkSessionExtension" in extensions
-
-
-def delta_spark_merge(
-    spark: SparkSession, table: TableConfig, final: Path, changes: DataFrame
-) -> dict[str, Any]:
-    """Delta Lake's MERGE INTO of the latest change per key on this Spark session: the rule of
-    `delta_rs_merge` (newer sequence updates or deletes; new keys inserted unless deleted)."""
-    latest = latest_change_per_key(changes, table.keys, table.sequence_by)
-    view = "cdc_bench_latest_changes"
-    latest.createOrReplaceTempView(view)
-    columns = [f.name for f in DeltaTable(str(final)).schema().fields]
-    on = " AND ".join(f"t.`{k}` = s.`{k}`" for k in table.keys)
-    newer = "s.TS > t.TS"
-    sets = ", ".join(f"t.`{c}` = s.`{c}`" for c in columns)
-    names = ", ".join(f"`{c}`" for c in columns)
-    values = ", ".join(f"s.`{c}`" for c in columns)
-    # Delta resolves delta.`path` only for an absolute path (bench-results/ is relative).
-    metrics = spark.sql(
-        f"MERGE INTO delta.`{final.resolve()}` t USING {view} s ON {on} "
-        f"WHEN MATCHED AND s.{FLAG} = 'D' AND {newer} THEN DELETE "
-        f"WHEN MATCHED AND s.{FLAG} <> 'D' AND {newer} THEN UPDATE SET {sets} "
-        f"WHEN NOT MATCHED AND s.{FLAG} <> 'D' THEN INSERT ({names}) VALUES ({values})"
-    ).collect()  # metadata: one row of counts
-    spark.catalog.dropTempView(view)
-    row = metrics[0].asDict() if metrics else {}
-    keep = ("num_inserted_rows", "num_updated_rows", "num_deleted_rows")
-    return {k: row.get(k) for k in keep}
-
-
 SDP_TARGET = "cdc_bench_auto_cdc_target"
 
 
@@ -561,8 +517,17 @@ def _check_identical(
     return True
 
 
+def _rows(spark: SparkSession, path: Path, columns: list[str]) -> DataFrame:
+    """The table's rows: read as the steps read (the log's files), or with deletion vectors by
+    delta-spark's reader (a file's deleted rows are in its vector, not gone from the file)."""
+    snapshot = delta.load_snapshot(path)
+    if has_deletion_vectors(snapshot):
+        return spark.read.format("delta").load(str(path.resolve())).select(*columns)
+    return delta.read_snapshot(spark, snapshot, columns=columns)
+
+
 def _same_rows(spark: SparkSession, paths: Sequence[Path], columns: list[str]) -> bool:
-    frames = [delta.read_snapshot(spark, delta.load_snapshot(p), columns=columns) for p in paths]
+    frames = [_rows(spark, p, columns) for p in paths]
     first = frames[0]
     return all(
         first.exceptAll(other).limit(1).count() == 0
@@ -596,6 +561,52 @@ def timed_stage(
     return staged, seconds, _spark_stages(context.spark, group, seconds)
 
 
+def available_methods(spark: SparkSession, spec: BenchSpec) -> tuple[list[str], dict[str, str]]:
+    """The methods of `spec.methods` (and overwrite_final) this session and deltalake can run,
+    in METHODS' order, and why each other one asked for is left out."""
+    unknown = sorted(set(spec.methods) - set(METHODS))
+    if unknown:
+        raise ValueError(
+            f"unknown method(s) {', '.join(unknown)}: choose from {', '.join(METHODS)}"
+        )
+    asked = [m for m in METHODS if m == METHODS[0] or m in spec.methods]
+    why: dict[str, str] = {}
+    if not has_delta_spark(spark):
+        why |= dict.fromkeys(DELTA_SPARK_METHODS, "the session has no Delta Lake extension")
+    if delta_rs_streamed_default() is None:
+        why[DELTA_RS_UNSTREAMED] = "this deltalake's merge has no streamed_exec argument"
+    return [m for m in asked if m not in why], {m: r for m, r in why.items() if m in asked}
+
+
+def copy_base(spark: SparkSession, method: str, base: Path, final: Path) -> None:
+    """A fresh copy of the base table for `method`; the deletion vector MERGE's copy gets
+    deletion vectors enabled (a commit before its run, not timed)."""
+    shutil.rmtree(final, ignore_errors=True)
+    shutil.copytree(base, final)
+    if method == DELTA_SPARK_DV:
+        enable_deletion_vectors(spark, final)
+
+
+def peer_actions(
+    spark: SparkSession, table: TableConfig, finals: dict[str, Path], changes: DataFrame
+) -> dict[str, Callable[[], dict[str, Any]]]:
+    """Each peer's run on its own copy (`finals`) with the staged `changes`."""
+    streamed = None if delta_rs_streamed_default() is None else True
+    return {
+        "full_rebuild": lambda: full_rebuild(spark, table, finals["full_rebuild"], changes),
+        "delta_rs_merge": lambda: delta_rs_merge(
+            table, finals["delta_rs_merge"], changes, streamed=streamed
+        ),
+        DELTA_RS_UNSTREAMED: lambda: delta_rs_merge(
+            table, finals[DELTA_RS_UNSTREAMED], changes, streamed=False
+        ),
+        "delta_spark_merge": lambda: delta_spark_merge(
+            spark, table, finals["delta_spark_merge"], changes
+        ),
+        DELTA_SPARK_DV: lambda: delta_spark_merge(spark, table, finals[DELTA_SPARK_DV], changes),
+    }
+
+
 def run_case(
     spark: SparkSession,
     spec: BenchSpec,
@@ -612,42 +623,32 @@ def run_case(
     case_dir = work / label
     landing = case_dir / "landing"
     land_changes(spark, spec, landing, rows, touched)
-    methods = [m for m in METHODS if m != "delta_spark_merge" or has_delta_spark(spark)]
+    methods, _ = available_methods(spark, spec)
     finals = {method: case_dir / method / TABLE / "final" for method in methods}
-    for target in finals.values():
-        shutil.copytree(base, target)
+    for method, target in finals.items():
+        copy_base(spark, method, base, target)
     own = TablePaths(TABLE, landing, case_dir / "overwrite_final")
     context = StepContext(spark, table, own)
     staged, stage_seconds, stage_spark = timed_stage(context, CHANGE_WINDOW, f"{label}/stage")
     changes = persisted(delta.read_snapshot(spark, delta.load_snapshot(own.staging)))
     changes.count()
 
-    def repeated(method: str, action: Callable[[], dict[str, Any]]) -> Measure:
-        final = finals[method]
+    def fresh(method: str) -> None:
+        copy_base(spark, method, base, finals[method])
+        if method == "overwrite_final":
+            # Back to the state before the first run: no tombstones, nothing applied.
+            shutil.rmtree(own.tombstones, ignore_errors=True)
+            shutil.rmtree(own.applied, ignore_errors=True)
 
-        def fresh() -> None:
-            shutil.rmtree(final)
-            shutil.copytree(base, final)
-            if method == "overwrite_final":
-                # Back to the state before the first run: no tombstones, nothing applied.
-                shutil.rmtree(own.tombstones, ignore_errors=True)
-                shutil.rmtree(own.applied, ignore_errors=True)
-
-        return repeated_measure(spark, spec, label, method, final, action=action, fresh=fresh)
-
-    actions: dict[str, Callable[[], dict[str, Any]]] = {
-        "overwrite_final": lambda: dict(run_overwrite_final(context, CHANGE_WINDOW).counts),
-        "full_rebuild": lambda: full_rebuild(spark, table, finals["full_rebuild"], changes),
-        "delta_rs_merge": lambda: delta_rs_merge(table, finals["delta_rs_merge"], changes),
-        "delta_spark_merge": lambda: delta_spark_merge(
-            spark, table, finals["delta_spark_merge"], changes
-        ),
-    }
+    actions = peer_actions(spark, table, finals, changes)
+    actions["overwrite_final"] = lambda: dict(run_overwrite_final(context, CHANGE_WINDOW).counts)
     # The full rebuild runs once (it is the slow baseline); the others take the median.
     measures = [
         _measure(spark, label, m, finals[m], actions[m])
         if m == "full_rebuild"
-        else repeated(m, actions[m])
+        else repeated_measure(
+            spark, spec, label, m, finals[m], action=actions[m], fresh=partial(fresh, m)
+        )
         for m in methods
     ]
     columns = [c for c in final_schema(changes.schema).fieldNames() if c not in ARRIVAL]
@@ -682,6 +683,16 @@ def build_base(spark: SparkSession, spec: BenchSpec, work: Path, rows: int) -> t
     return path, round(time.perf_counter() - started, 2)
 
 
+# The ratio names of each method against overwrite-final (`<name>_over_overwrite_at_<pct>pct`).
+RATIO_NAMES = {
+    "full_rebuild": "rebuild",
+    "delta_rs_merge": "merge",
+    DELTA_RS_UNSTREAMED: "merge_unstreamed",
+    "delta_spark_merge": "spark_merge",
+    DELTA_SPARK_DV: "spark_merge_dv",
+}
+
+
 def ratios(cases: list[dict[str, Any]]) -> dict[str, Any]:
     """The targets of the performance issue, as ratios (reported, not asserted)."""
 
@@ -692,16 +703,12 @@ def ratios(cases: list[dict[str, Any]]) -> dict[str, Any]:
     for case in cases:
         if case["label"].startswith("fraction"):
             pct = round(case["touched_fraction"] * 100, 2)
-            out[f"rebuild_over_overwrite_at_{pct}pct"] = round(
-                seconds(case, "full_rebuild") / seconds(case, "overwrite_final"), 2
-            )
-            out[f"merge_over_overwrite_at_{pct}pct"] = round(
-                seconds(case, "delta_rs_merge") / seconds(case, "overwrite_final"), 2
-            )
-            if "delta_spark_merge" in case["methods"]:
-                out[f"spark_merge_over_overwrite_at_{pct}pct"] = round(
-                    seconds(case, "delta_spark_merge") / seconds(case, "overwrite_final"), 2
-                )
+            ours = seconds(case, "overwrite_final")
+            for method, name in RATIO_NAMES.items():
+                if method in case["methods"]:
+                    out[f"{name}_over_overwrite_at_{pct}pct"] = round(
+                        seconds(case, method) / ours, 2
+                    )
     sized = sorted((c for c in cases if c["label"].startswith("size")), key=lambda c: c["rows"])
     if len(sized) >= 2:
         small, large = sized[0], sized[-1]
@@ -710,6 +717,33 @@ def ratios(cases: list[dict[str, Any]]) -> dict[str, Any]:
             seconds(large, "overwrite_final") / seconds(small, "overwrite_final"), 2
         )
     return out
+
+
+def summary_table(result: dict[str, Any]) -> list[str]:
+    """The result as a Markdown table: a row per case (each once), a column per method, its
+    seconds and its time over overwrite-final's."""
+    methods = [m for m in METHODS if any(m in c["methods"] for c in result["cases"])]
+    lines = [
+        "| case | " + " | ".join(methods) + " |",
+        "|---|" + "---|" * len(methods),
+    ]
+    seen: set[tuple[int, float]] = set()
+    for case in result["cases"]:
+        if (case["rows"], case["touched_fraction"]) in seen:
+            continue
+        seen.add((case["rows"], case["touched_fraction"]))
+        ours = case["methods"]["overwrite_final"]["seconds"]
+        cells = []
+        for method in methods:
+            if method not in case["methods"]:
+                cells.append("-")
+                continue
+            taken = case["methods"][method]["seconds"]
+            ratio = f" ({taken / ours:.2f}x)" if method != "overwrite_final" and ours else ""
+            cells.append(f"{taken:.2f} s{ratio}")
+        name = f"{case['rows']:,} rows, {case['touched_fraction'] * 100:g}%"
+        lines.append(f"| {name} | " + " | ".join(cells) + " |")
+    return lines
 
 
 def plot(result: dict[str, Any], target: Path) -> None:
@@ -758,45 +792,77 @@ def plot(result: dict[str, Any], target: Path) -> None:
     plt.close(figure)
 
 
+def run_cases(
+    spark: SparkSession, spec: BenchSpec, work: Path, log: Callable[[str], None] = print
+) -> list[dict[str, Any]]:
+    """The warm-up case, then every case of the sweep (fractions at x1, then sizes)."""
+    # A small throwaway case first: JIT and Spark caches warm up for all methods alike.
+    if spec.warm_up:
+        warm = replace(spec, rows=spec.partitions * 50, changes=spec.partitions * 5)
+        warm_base, _ = build_base(spark, warm, work, warm.rows)
+        run_case(spark, warm, work, warm_base, warm.rows, spec.fractions[0], label="warm-up")
+    bases: dict[int, tuple[Path, float]] = {}
+    for size in sorted(set(spec.sizes) | {1}):
+        bases[size] = build_base(spark, spec, work, spec.rows * size)
+        log(f"bench: base table of {spec.rows * size:,} rows built in {bases[size][1]} s")
+    plan = [(f"fraction-{f}", 1, f) for f in spec.fractions]
+    plan += [(f"size-x{s}", s, spec.size_sweep_fraction) for s in spec.sizes]
+    cases: list[dict[str, Any]] = []
+    done: dict[tuple[int, float], dict[str, Any]] = {}
+    for label, size, fraction in plan:
+        if (size, fraction) in done:
+            # x1 of the size sweep is the fraction case of the same fraction: not rerun.
+            cases.append({**done[(size, fraction)], "label": label})
+            continue
+        case = run_case(spark, spec, work, bases[size][0], spec.rows * size, fraction, label=label)
+        case["base_build_seconds"] = bases[size][1]
+        done[(size, fraction)] = case
+        cases.append(case)
+        times = ", ".join(f"{m} {v['seconds']} s" for m, v in case["methods"].items())
+        log(
+            f"bench: {label}: {case['changes']} changes in {case['touched_partitions']} "
+            f"partitions: {times}"
+        )
+    return cases
+
+
+def peers_document(spark: SparkSession, spec: BenchSpec) -> dict[str, Any]:
+    """The JSON's `peers`: the methods run and left out (why), delta-rs's settings, and whether
+    the MERGEs named the touched partitions."""
+    run, left_out = available_methods(spark, spec)
+    return {
+        "methods": run,
+        "left_out": left_out,
+        "delta_rs": delta_rs_settings(),
+        "delta_spark_merge_dv": "delta.enableDeletionVectors=true on its copy, before the run",
+        "partition_predicate": spec.partition_stable,
+    }
+
+
+# A measurement run after the cases in the bench's work folder: the Kafka staging rate
+# (`cdc_tools.bench.kafka_stage.measure_kafka_staging`), kept in the JSON as `kafka_staging`.
+KafkaMeasure = Callable[..., dict[str, Any]]
+
+
 def run_bench(
-    spark: SparkSession, spec: BenchSpec, log: Callable[[str], None] = print
+    spark: SparkSession,
+    spec: BenchSpec,
+    log: Callable[[str], None] = print,
+    *,
+    kafka: KafkaMeasure | None = None,
 ) -> dict[str, Any]:
-    """The whole sweep; returns the result written to the output folder."""
+    """The whole sweep, then `kafka(spark, spec, work, log=log)` when given; returns the result
+    written to the output folder."""
     spec.output.mkdir(parents=True, exist_ok=True)
     load_before = [round(x, 2) for x in os.getloadavg()]
-    cases: list[dict[str, Any]] = []
+    peers = peers_document(spark, spec)  # unknown methods fail here, before any case
     with tempfile.TemporaryDirectory(prefix="cdc-bench-", dir=spec.output) as tmp:
         work = Path(tmp)
-        # A small throwaway case first: JIT and Spark caches warm up for all three methods alike.
-        if spec.warm_up:
-            warm = replace(spec, rows=spec.partitions * 50, changes=spec.partitions * 5)
-            warm_base, _ = build_base(spark, warm, work, warm.rows)
-            run_case(spark, warm, work, warm_base, warm.rows, spec.fractions[0], label="warm-up")
-        bases: dict[int, tuple[Path, float]] = {}
-        for size in sorted(set(spec.sizes) | {1}):
-            bases[size] = build_base(spark, spec, work, spec.rows * size)
-            log(f"bench: base table of {spec.rows * size:,} rows built in {bases[size][1]} s")
-        plan = [(f"fraction-{f}", 1, f) for f in spec.fractions]
-        plan += [(f"size-x{s}", s, spec.size_sweep_fraction) for s in spec.sizes]
-        done: dict[tuple[int, float], dict[str, Any]] = {}
-        for label, size, fraction in plan:
-            if (size, fraction) in done:
-                # x1 of the size sweep is the fraction case of the same fraction: not rerun.
-                cases.append({**done[(size, fraction)], "label": label})
-                continue
-            case = run_case(
-                spark, spec, work, bases[size][0], spec.rows * size, fraction, label=label
-            )
-            case["base_build_seconds"] = bases[size][1]
-            done[(size, fraction)] = case
-            cases.append(case)
-            times = ", ".join(f"{m} {v['seconds']} s" for m, v in case["methods"].items())
-            log(
-                f"bench: {label}: {case['changes']} changes in {case['touched_partitions']} "
-                f"partitions: {times}"
-            )
+        cases = run_cases(spark, spec, work, log)
         auto_cdc = auto_cdc_peer(spark, work)
         log(f"bench: Spark Declarative Pipelines AUTO CDC into Delta: {auto_cdc}")
+        load_after_cases = [round(x, 2) for x in os.getloadavg()]
+        kafka_staging = kafka(spark, spec, work, log=log) if kafka is not None else None
     stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
     result = {
         "created": stamp,
@@ -805,15 +871,25 @@ def run_bench(
             "cpus": os.cpu_count(),
             "spark_master": spark.conf.get("spark.master"),
             "load_before": load_before,
+            "load_after_cases": load_after_cases,
+            "load_after": [round(x, 2) for x in os.getloadavg()],
         },
         "delta_spark": has_delta_spark(spark),
+        "peers": peers,
         "auto_cdc": auto_cdc,
         "cases": cases,
         "ratios": ratios(cases),
     }
-    text = json.dumps(result, indent=2, default=str)
-    (spec.output / f"bench-{stamp}.json").write_text(text)
-    (spec.output / "latest.json").write_text(text)
-    plot(result, spec.output / f"bench-{stamp}.png")
-    shutil.copy(spec.output / f"bench-{stamp}.png", spec.output / "latest.png")
+    if kafka_staging is not None:
+        result["kafka_staging"] = kafka_staging
+    write_result(result, spec.output, stamp)
     return result
+
+
+def write_result(result: dict[str, Any], output: Path, stamp: str) -> None:
+    """bench-<stamp>.json and .png in `output`, and copies as latest.json and latest.png."""
+    text = json.dumps(result, indent=2, default=str)
+    (output / f"bench-{stamp}.json").write_text(text)
+    (output / "latest.json").write_text(text)
+    plot(result, output / f"bench-{stamp}.png")
+    shutil.copy(output / f"bench-{stamp}.png", output / "latest.png")

@@ -29,7 +29,9 @@ INDEX = RESULTS / "README.md"
 METHODS = {
     "overwrite_final": "overwrite-final",
     "delta_rs_merge": "delta-rs MERGE",
+    "delta_rs_merge_unstreamed": "delta-rs MERGE (unstreamed)",
     "delta_spark_merge": "delta-spark MERGE INTO",
+    "delta_spark_merge_dv": "delta-spark MERGE INTO (deletion vectors)",
     "full_rebuild": "full rebuild",
 }
 
@@ -109,10 +111,16 @@ def bench_figures(result: dict[str, Any]) -> str:
             if method in case["methods"]
         )
         shapes.setdefault(shape, []).append(f"{case['touched_fraction'] * 100:g}%: {times}")
-    return "; ".join(
+    parts = [
         f"{rows:,} rows, {changes:,} changes: " + "; ".join(fractions)
         for (rows, changes), fractions in shapes.items()
-    )
+    ]
+    if kafka := result.get("kafka_staging"):
+        parts.append(
+            f"Kafka: {kafka['messages']:,} messages staged in {seconds(kafka['stage_seconds'])}, "
+            f"{kafka['messages_per_second']:,} messages/s"
+        )
+    return "; ".join(parts)
 
 
 def tables(count: int, changes: int) -> str:

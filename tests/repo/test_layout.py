@@ -38,8 +38,6 @@ LONG_FUNCTIONS = {
     # the crash-recovery cases of one file version, kept together to be read as one rule
     "spark_jobs.staging.recovery.settle_unrecorded": 93,
     # one Spark `when` chain, the first problem wins, in the order of the docs
-    # a benchmark case: stage, then the three ways of applying it
-    "cdc_tools.bench.merges.run_case": 70,
     # a benchmark cycle through Airflow, measured step by step
     # the generator's change mix of one hour, as one Spark plan
     "cdc_tools.generator._hour_changes": 80,
