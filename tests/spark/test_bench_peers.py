@@ -27,7 +27,7 @@ def test_partition_stable_merges_with_the_partition_predicate_agree_with_overwri
         partition_stable=True,
         repeats=1,
         warm_up_runs=0,
-        methods=("delta_rs_merge", "delta_spark_merge_dv"),
+        methods=("delta_rs_merge", "delta_rs_merge_unstreamed", "delta_spark_merge_dv"),
     )
     base, _ = bench.build_base(spark, spec, tmp_path, spec.rows)
 
@@ -38,6 +38,7 @@ def test_partition_stable_merges_with_the_partition_predicate_agree_with_overwri
     assert list(case["methods"]) == [
         "overwrite_final",
         "delta_rs_merge",
+        "delta_rs_merge_unstreamed",
         "delta_spark_merge_dv",
     ]
     dv = case["methods"]["delta_spark_merge_dv"]
