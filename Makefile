@@ -101,7 +101,8 @@ typecheck: install
 
 test: install lint typecheck $(DEBEZIUM_STAMP) $(MOTO_STAMP) $(DEPLOY_STAMP) $(TEST_CATALOG_STAMP) \
   $(KAFKA_STAMP)
-	$(BIN)/python -m pytest -n 2 --dist loadfile --no-loadscope-reorder tests
+	$(BIN)/python -m pytest -n 2 --dist loadfile --no-loadscope-reorder \
+	  --junitxml=test-artifacts/junit.xml tests
 	$(MAKE) bench-smoke
 
 # The inner loop (about 2 minutes): lint, types, the unit tests, the repo checks and the DAG parsing tests; no

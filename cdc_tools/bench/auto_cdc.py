@@ -10,8 +10,8 @@ the targets here are Spark's own in-memory row-level table (CATALOG_CLASS, from 
 test jar: `make test` copies it into .tools/): no file is written and nothing is durable. That is the cheapest target AUTO CDC can have, so its times here
 are a lower bound of what it takes into a table on storage.
 
-The tool starts its own Spark Connect server (the launcher's settings, local[2], that catalog),
-writes each table's change sets to a Delta table (the source, read as a stream), and runs one
+The tool starts its own Spark Connect server (the launcher's settings, local[2], that catalog;
+or uses the one `--remote` names, started with those settings: the tests share one), writes each table's change sets to a Delta table (the source, read as a stream), and runs one
 pipeline with one flow per table: SCD type 1, keyed and sequenced as the cycle's config (ID by
 SEQ; an insert-only table by ID and SEQ, so a duplicate event is kept once), deletes by FLAG.
 A warm-up pipeline first (other change sets and targets, as bench-cycle warms its server), then
@@ -267,9 +267,12 @@ def _two_runs(
     return first, incremental, exact
 
 
-def run(tables: int, changes: int, output: Path, *, warm: bool = True) -> dict[str, Any]:
-    """Start a Connect server with the in-memory catalog, measure (`measure`), stop it; the
-    figures with the machine's load before, also written to `output`/latest.json."""
+def run(
+    tables: int, changes: int, output: Path, *, warm: bool = True, remote: str | None = None
+) -> dict[str, Any]:
+    """Start a Connect server with the in-memory catalog (or use the one at `remote`, started
+    with `server_conf()`), measure (`measure`), stop it; the figures with the machine's load
+    before, also written to `output`/latest.json."""
     from pyspark.sql.connect.session import SparkSession as ConnectSession
 
     from cdc_airflow.local import connect_server
@@ -277,16 +280,23 @@ def run(tables: int, changes: int, output: Path, *, warm: bool = True) -> dict[s
     load = load_now()
     output.mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix="cdc-auto-cdc-"))
-    server = connect_server.start(
-        master="local[2]", conf=server_conf(), log_path=output / "server.log"
-    )
+    server, url = None, remote
+    if url is None:
+        server = connect_server.start(
+            master="local[2]", conf=server_conf(), log_path=output / "server.log"
+        )
+        url = server.url
     try:
-        spark = ConnectSession.builder.remote(server.url).create()
+        spark = ConnectSession.builder.remote(url).create()
         spark.sql(f"CREATE NAMESPACE IF NOT EXISTS {CATALOG}.{DATABASE}")
+        if remote is not None:  # a shared server may hold an earlier run's targets
+            drop_targets(spark, tables, "t_")
+            drop_targets(spark, tables, "w_")
         figures = measure(spark, tables, changes, work, warm=warm)
         spark.stop()
     finally:
-        server.stop()
+        if server is not None:
+            server.stop()
         shutil.rmtree(work, ignore_errors=True)
     result = {
         "command": f"python -m cdc_tools.bench.auto_cdc --tables {tables} --changes {changes}",
@@ -294,7 +304,9 @@ def run(tables: int, changes: int, output: Path, *, warm: bool = True) -> dict[s
         "changes": changes,
         "target": f"Spark's in-memory row-level table ({CATALOG_CLASS}): nothing written",
         "spark": _spark_version(),
-        "server": f"local[2], spark.driver.memory {SERVER_MEMORY}",
+        "server": f"local[2], spark.driver.memory {SERVER_MEMORY}"
+        if remote is None
+        else f"the Connect server at {remote}",
         "load_before": load,
         **figures,
     }
@@ -330,8 +342,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--changes", type=int, default=300, help="changes per table and run")
     parser.add_argument("--output", type=Path, default=Path("bench-results/auto-cdc-cycle"))
     parser.add_argument("--no-warm-up", action="store_true", help="measure on a fresh server")
+    parser.add_argument(
+        "--remote",
+        default=None,
+        help="a running Connect server started with server_conf()'s settings (sc://host:port); "
+        "default: the tool starts its own and stops it",
+    )
     args = parser.parse_args(argv)
-    result = run(args.tables, args.changes, args.output, warm=not args.no_warm_up)
+    result = run(
+        args.tables, args.changes, args.output, warm=not args.no_warm_up, remote=args.remote
+    )
     print(f"{summary(result)}; results in {args.output / 'latest.json'}", flush=True)
     return 0
 
