@@ -37,8 +37,6 @@ LONG_FUNCTIONS = {
     "spark_jobs.landing.probe.plan_parquet": 64,
     # the crash-recovery cases of one file version, kept together to be read as one rule
     "spark_jobs.staging.recovery.settle_unrecorded": 93,
-    # one Spark `when` chain, the first problem wins, in the order of the docs
-    # a benchmark cycle through Airflow, measured step by step
     # the generator's change mix of one hour, as one Spark plan
     "cdc_tools.generator._hour_changes": 80,
 }
