@@ -140,10 +140,8 @@ def ops(
         notifiers=registry,
         connect_url=connect_server.url,
     )
-    env.migrate()
+    env.migrate()  # the metadata DB and every table's pool (one `airflow pools import`)
     env.airflow("variables", "set", "cdc_notifiers", registry)  # what tasks read
-    for table in tables:  # the launcher may create them too: `pools set` is idempotent
-        env.airflow("pools", "set", f"cdc_{table['name']}", "1", "CDC table rewrites")
     try:
         yield env, ws, alerts
     finally:
