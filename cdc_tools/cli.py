@@ -383,7 +383,7 @@ def run_demo_command(namespace: argparse.Namespace) -> int:
 
 def bench_overrides(namespace: argparse.Namespace) -> dict[str, object]:
     """`cdc bench`'s options as BenchSpec fields (only those given); ValueError for a bad one."""
-    from cdc_tools.bench.merges import METHODS
+    from cdc_tools.bench.merges import check_methods
 
     overrides: dict[str, object] = {
         name: value
@@ -412,11 +412,7 @@ def bench_overrides(namespace: argparse.Namespace) -> dict[str, object]:
         overrides["sizes"] = tuple(int(v) for v in namespace.sizes.split(","))
     if namespace.methods:
         methods = tuple(m.strip() for m in namespace.methods.split(",") if m.strip())
-        unknown = [m for m in methods if m not in METHODS]
-        if unknown:
-            raise ValueError(
-                f"unknown method(s) {', '.join(unknown)}: choose from {', '.join(METHODS)}"
-            )
+        check_methods(methods)
         overrides["methods"] = methods
     return overrides
 

@@ -14,12 +14,11 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
 import shutil
 import statistics
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -67,19 +66,12 @@ def change_messages(spec: BenchSpec, count: int) -> list[tuple[str, str]]:
     return messages
 
 
-@contextlib.contextmanager
-def bootstrap_servers(servers: str) -> Iterator[None]:
+def bootstrap_servers(servers: str) -> contextlib.AbstractContextManager[None]:
     """The stage's Kafka servers in this process's environment (as `cdc` reads them), restored
-    after."""
-    before = os.environ.get(BOOTSTRAP_VARIABLE)
-    os.environ[BOOTSTRAP_VARIABLE] = servers
-    try:
-        yield
-    finally:
-        if before is None:
-            os.environ.pop(BOOTSTRAP_VARIABLE, None)
-        else:
-            os.environ[BOOTSTRAP_VARIABLE] = before
+    after (the operator's `environment_applied`)."""
+    from cdc_airflow.backends import environment_applied
+
+    return environment_applied({BOOTSTRAP_VARIABLE: servers})
 
 
 def kafka_unavailable() -> str | None:

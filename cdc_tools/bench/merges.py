@@ -564,14 +564,19 @@ def timed_stage(
     return staged, seconds, _spark_stages(context.spark, group, seconds)
 
 
-def available_methods(spark: SparkSession, spec: BenchSpec) -> tuple[list[str], dict[str, str]]:
-    """The methods of `spec.methods` (and overwrite_final) this session and deltalake can run,
-    in METHODS' order, and why each other one asked for is left out."""
-    unknown = sorted(set(spec.methods) - set(METHODS))
+def check_methods(methods: Sequence[str]) -> None:
+    """ValueError naming the methods that are not among METHODS, in the order given."""
+    unknown = [m for m in methods if m not in METHODS]
     if unknown:
         raise ValueError(
             f"unknown method(s) {', '.join(unknown)}: choose from {', '.join(METHODS)}"
         )
+
+
+def available_methods(spark: SparkSession, spec: BenchSpec) -> tuple[list[str], dict[str, str]]:
+    """The methods of `spec.methods` (and overwrite_final) this session and deltalake can run,
+    in METHODS' order, and why each other one asked for is left out."""
+    check_methods(spec.methods)
     asked = [m for m in METHODS if m == METHODS[0] or m in spec.methods]
     why: dict[str, str] = {}
     if not has_delta_spark(spark):
