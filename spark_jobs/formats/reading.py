@@ -40,27 +40,18 @@ PARSERS = {
 }
 
 
-def read_json_changes(spark: SparkSession, table: TableConfig, lines: DataFrame) -> ChangeRead:
-    """Change rows of JSON-lines files: `lines` holds `value` (one line) and the arrival columns."""
-    v = F.try_parse_json(F.col(LINE))
-    kind, error, changes, format_columns = PARSERS[table.change_format](table, v)
-    # Spark keeps a text line's bytes as they are; JSON parsing would turn bytes that are not
-    # UTF-8 into U+FFFD silently, so such a line is quarantined instead (its raw text made valid).
-    utf8 = F.is_valid_utf8(F.col(LINE))
-    strict = strict_reason(v)
-    kind = F.when(~utf8 | strict.isNotNull(), F.lit("malformed")).otherwise(kind)
-    error = F.when(~utf8, F.lit(NOT_UTF8)).when(strict.isNotNull(), strict).otherwise(error)
-    parsed = lines.filter(F.trim(F.col(LINE)) != "").select(
-        F.col(LINE),
-        *[F.col(c) for c in ARRIVAL],
-        kind.alias(KIND),
-        error.alias(FORMAT_ERROR),
-        changes.alias(CHANGES),
-        *[expr.alias(name) for name, expr in format_columns.items()],
-    )
-    if not _rows_read_once(table):
+def read_json_changes(
+    spark: SparkSession, table: TableConfig, lines: DataFrame, tombstones: int | None = None
+) -> ChangeRead:
+    """Change rows of JSON-lines files: `lines` holds `value` (one line) and the arrival columns.
+
+    `tombstones`: a Kafka read's null values, counted before and not in `lines` (None: a Kafka
+    table's lines hold them, and a pass counts them)."""
+    parsed, format_columns = _parsed_lines(table, lines)
+    once = _rows_read_once(table, tombstones)
+    if not once:
         parsed = persisted(parsed)  # several passes: parse the lines once
-    ignored = _skipped_counts(table, parsed)
+    ignored = _skipped_counts(table, parsed, tombstones)
     # An event line gives a row per change; a malformed line one row (no image) with its text.
     malformed = F.col(KIND) == "malformed"
     rows = (
@@ -98,17 +89,40 @@ def read_json_changes(spark: SparkSession, table: TableConfig, lines: DataFrame)
         *[F.col(c) for c in ARRIVAL],
     )
     batch_types.update(table.format_columns)
-    cached = None if _rows_read_once(table) else parsed
+    cached = None if once else parsed
     return ChangeRead(frame, batch_types, ignored, undeclared or [], undeclared is None, cached)
 
 
-def _rows_read_once(table: TableConfig) -> bool:
+def _parsed_lines(table: TableConfig, lines: DataFrame) -> tuple[DataFrame, dict[str, Column]]:
+    """Each non-blank line parsed: its kind, format error, changes and format columns (and the
+    format columns' expressions)."""
+    v = F.try_parse_json(F.col(LINE))
+    kind, error, changes, format_columns = PARSERS[table.change_format](table, v)
+    # Spark keeps a text line's bytes as they are; JSON parsing would turn bytes that are not
+    # UTF-8 into U+FFFD silently, so such a line is quarantined instead (its raw text made valid).
+    utf8 = F.is_valid_utf8(F.col(LINE))
+    strict = strict_reason(v)
+    kind = F.when(~utf8 | strict.isNotNull(), F.lit("malformed")).otherwise(kind)
+    error = F.when(~utf8, F.lit(NOT_UTF8)).when(strict.isNotNull(), strict).otherwise(error)
+    parsed = lines.filter(F.trim(F.col(LINE)) != "").select(
+        F.col(LINE),
+        *[F.col(c) for c in ARRIVAL],
+        kind.alias(KIND),
+        error.alias(FORMAT_ERROR),
+        changes.alias(CHANGES),
+        *[expr.alias(name) for name, expr in format_columns.items()],
+    )
+    return parsed, format_columns
+
+
+def _rows_read_once(table: TableConfig, tombstones: int | None) -> bool:
     """Flat lines with declared columns: the rows are the only pass over the parsed lines (no
     survey of the images, no count of skipped lines), which staging's typed rows then hold."""
     return (
         table.columns is not None
         and table.change_format not in EVENT_FORMATS
-        and table.source != "kafka"  # a Kafka table counts its tombstones
+        # a Kafka table counts its tombstones, in a pass unless the read counted them
+        and (table.source != "kafka" or tombstones is not None)
     )
 
 
@@ -159,18 +173,24 @@ def undeclared_names(keys: Iterable[str]) -> list[str]:
     return extra + unusable
 
 
-def _skipped_counts(table: TableConfig, parsed: DataFrame) -> dict[str, int]:
+def _skipped_counts(
+    table: TableConfig, parsed: DataFrame, tombstones: int | None
+) -> dict[str, int]:
     """The lines an event format (or a Kafka topic) skips, by kind (flat lines have none: no
-    Spark job)."""
-    if table.change_format not in EVENT_FORMATS and table.source != "kafka":
-        return {}
+    Spark job); `tombstones` counted before the lines, if they were."""
+    if table.change_format not in EVENT_FORMATS:
+        if table.source != "kafka":
+            return {}
+        if tombstones is not None:  # flat messages from Kafka, their tombstones counted
+            return {"tombstones_skipped": tombstones}
     counts = parsed.groupBy(KIND).count().collect()  # metadata: a count per kind
     kinds = {r[KIND]: int(r["count"]) for r in counts}
+    tombstones_skipped = kinds.get("tombstone", 0) + (tombstones or 0)
     if table.change_format not in EVENT_FORMATS:  # flat messages from Kafka
-        return {"tombstones_skipped": kinds.get("tombstone", 0)}
+        return {"tombstones_skipped": tombstones_skipped}
     ignored = {
         "transaction_markers": kinds.get("transaction", 0),
-        "tombstones_skipped": kinds.get("tombstone", 0),
+        "tombstones_skipped": tombstones_skipped,
         "unknown_events_skipped": kinds.get("ignored", 0),
     }
     if not table.apply_truncates:

@@ -1,7 +1,8 @@
 """What a Kafka table's topic holds, asked of the broker on the driver (metadata only).
 
 The partitions of the topic and each one's earliest and end offsets (the watermarks), through
-the Python client (librdkafka); the messages themselves are read by Spark (`kafka.reading`).
+the Python client (librdkafka), and the messages of a small run (`read_ranges`; a large one is
+read by Spark's Kafka source, `kafka.reading`).
 Failures are sorted the way a retry needs: a broker that does not answer is transient
 (`SourceUnavailableError`), a missing topic or refused credentials are permanent
 (`ConfigError`), each one line naming the servers and the topic.
@@ -10,12 +11,13 @@ Failures are sorted the way a retry needs: a broker that does not answer is tran
 from __future__ import annotations
 
 import re
+import time
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import Any
 
-from cdc_pipeline.errors import ConfigError, SourceUnavailableError
+from cdc_pipeline.errors import ConfigError, LostMessagesError, SourceUnavailableError
 from cdc_pipeline.kafka_settings import BOOTSTRAP, librdkafka_properties
 
 # Seconds a metadata or offset request may take before the broker counts as unreachable.
@@ -64,6 +66,20 @@ def _where(properties: Mapping[str, str], topic: str) -> str:
     return f"Kafka topic {topic!r} at {properties.get(BOOTSTRAP, '?')}"
 
 
+def _permanent_codes() -> set[int]:
+    """librdkafka's errors a retry cannot fix (credentials, authorization, a bad setting)."""
+    from confluent_kafka import KafkaError
+
+    return {
+        KafkaError.TOPIC_AUTHORIZATION_FAILED,
+        KafkaError.SASL_AUTHENTICATION_FAILED,
+        KafkaError.GROUP_AUTHORIZATION_FAILED,
+        KafkaError._AUTHENTICATION,
+        KafkaError._SSL,
+        KafkaError._INVALID_ARG,
+    }
+
+
 def _raise_for(error: Any, properties: Mapping[str, str], topic: str) -> None:
     """The project's error for a librdkafka error (a KafkaError or an exception holding one)."""
     from confluent_kafka import KafkaError, KafkaException
@@ -77,15 +93,12 @@ def _raise_for(error: Any, properties: Mapping[str, str], topic: str) -> None:
             f"{where} does not exist: create it (or let the capture job create it) or fix the "
             "row's topic"
         )
-    permanent = {
-        KafkaError.TOPIC_AUTHORIZATION_FAILED,
-        KafkaError.SASL_AUTHENTICATION_FAILED,
-        KafkaError.GROUP_AUTHORIZATION_FAILED,
-        KafkaError._AUTHENTICATION,
-        KafkaError._SSL,
-        KafkaError._INVALID_ARG,
-    }
-    if code in permanent:
+    if code == KafkaError._INVALID_ARG:
+        raise ConfigError(
+            f"{where}: the Kafka client refused its settings ({text}); fix the connection's extra "
+            "or the CDC_KAFKA_* variables"
+        )
+    if code in _permanent_codes():
         raise ConfigError(f"{where}: the broker refused the client ({text}); fix the credentials")
     raise SourceUnavailableError(f"{where} is not reachable ({text})")
 
@@ -179,3 +192,127 @@ def message_times(
     finally:
         if consumer is not None:
             consumer.close()
+
+
+@dataclass(frozen=True)
+class Fetched:
+    """The messages of some ranges read on the driver: per message its value (bytes as sent),
+    partition and offset, in offset order within a partition; tombstones (null values) counted,
+    not kept."""
+
+    values: list[bytes]
+    partitions: list[int]
+    offsets: list[int]
+    tombstones: int
+
+
+def read_ranges(
+    properties: Mapping[str, str], topic: str, ranges: Mapping[int, tuple[int, int]]
+) -> Fetched:
+    """The messages at offsets [start, end) of each partition, through the Python client.
+
+    What Spark's Kafka source with failOnDataLoss does, on the driver: offsets the broker no
+    longer holds (retention deleted them after the plan) fail the read (LostMessagesError);
+    offsets it holds no message for (compaction, transaction markers) are passed over; messages
+    of aborted transactions are read, as the Java client's default `read_uncommitted` does. A
+    broker that answers nothing for REQUEST_TIMEOUT seconds fails it (SourceUnavailableError,
+    transient: nothing was staged)."""
+    from confluent_kafka import Consumer, KafkaException, TopicPartition
+
+    reader = _RangeReader(topic, ranges)
+    if not reader.pending:
+        return reader.fetched
+    config = {
+        "isolation.level": "read_uncommitted",
+        **_client_config(properties),
+        "enable.partition.eof": True,
+        "auto.offset.reset": "error",  # a deleted start offset is an error, never a jump
+        "error_cb": lambda error: reader.errors.append(error.str()),
+    }
+    consumer = None
+    try:
+        consumer = Consumer(config)
+        consumer.assign([TopicPartition(topic, p, ranges[p][0]) for p in reader.pending])
+        deadline = time.monotonic() + REQUEST_TIMEOUT
+        while reader.pending:
+            for message in consumer.consume(num_messages=10_000, timeout=0.5):
+                if reader.take(consumer, message, properties):
+                    deadline = time.monotonic() + REQUEST_TIMEOUT
+            if reader.pending and time.monotonic() > deadline:  # no message for that long
+                errors = reader.errors
+                said = errors[-1] if errors else f"no answer in {REQUEST_TIMEOUT:.0f} s"
+                raise SourceUnavailableError(
+                    f"{_where(properties, topic)} stopped answering during the read ({said}); "
+                    "nothing was staged: the retry reads the same messages"
+                )
+        return reader.fetched
+    except KafkaException as error:
+        _raise_for(error, properties, topic)
+        raise
+    finally:
+        if consumer is not None:
+            consumer.close()
+
+
+class _RangeReader:
+    """What read_ranges has read, and the partitions it still waits on (partition -> end)."""
+
+    def __init__(self, topic: str, ranges: Mapping[int, tuple[int, int]]) -> None:
+        self.topic = topic
+        self.ranges = ranges
+        self.pending = {p: end for p, (start, end) in ranges.items() if end > start}
+        self.fetched = Fetched([], [], [], 0)
+        self.errors: list[str] = []  # the client's own (a refused connection, brokers down)
+
+    def take(self, consumer: Any, message: Any, properties: Mapping[str, str]) -> bool:
+        """Keep a message of a range (a tombstone counted); True when it was a message."""
+        from confluent_kafka import KafkaError, TopicPartition
+
+        partition, offset = message.partition(), message.offset()
+        error = message.error()
+        if error is not None:
+            code = error.code()
+            if code == KafkaError._PARTITION_EOF:  # the partition's end: past the range's?
+                if partition in self.pending and (offset or 0) >= self.pending[partition]:
+                    del self.pending[partition]
+            elif code in (KafkaError.OFFSET_OUT_OF_RANGE, KafkaError._AUTO_OFFSET_RESET):
+                _raise_deleted(consumer, self.topic, partition, self.ranges)
+            elif error.fatal() or code in _permanent_codes():
+                _raise_for(error, properties, self.topic)
+            else:
+                self.errors.append(error.str())
+            return False
+        if partition not in self.pending or offset is None:
+            return True
+        end = self.pending[partition]
+        if offset < end:
+            value = message.value()
+            if value is None:
+                self.fetched = replace(self.fetched, tombstones=self.fetched.tombstones + 1)
+            else:
+                self.fetched.values.append(value)
+                self.fetched.partitions.append(partition)
+                self.fetched.offsets.append(offset)
+        if offset >= end - 1:  # the range's last offset, or past a gap at its end
+            del self.pending[partition]
+            consumer.pause([TopicPartition(self.topic, partition)])
+        return True
+
+
+def _raise_deleted(
+    consumer: Any, topic: str, partition: int | None, ranges: Mapping[int, tuple[int, int]]
+) -> None:
+    """The LostMessagesError of offsets retention deleted between a run's plan and its read."""
+    from confluent_kafka import TopicPartition
+
+    start = ranges.get(partition, (0, 0))[0] if partition is not None else 0
+    earliest, _ = consumer.get_watermark_offsets(
+        TopicPartition(topic, partition or 0), timeout=REQUEST_TIMEOUT, cached=False
+    )
+    raise LostMessagesError(
+        f"Kafka topic {topic!r}: {max(0, earliest - start)} message(s) were deleted by the "
+        f"broker (retention) between the run's plan and its read: partition {partition} offsets "
+        f"{start}..{earliest - 1}. Nothing was staged. Re-snapshot the source (a Debezium "
+        "incremental snapshot) and set accept_lost_offsets: true for the row to go on from the "
+        "earliest offsets, or raise the topic's retention.ms"
+    )

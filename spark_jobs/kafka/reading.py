@@ -1,5 +1,13 @@
-"""A Kafka run's messages as Spark reads them: one bounded batch read of the planned ranges,
-shaped like landed JSON lines (`value` and the arrival columns) for the change parsers.
+"""A Kafka run's messages as Spark reads them: the planned ranges, shaped like landed JSON lines
+(`value` and the arrival columns) for the change parsers.
+
+Two readers, one result. A run of up to DRIVER_READ_LIMIT messages (the 15-minute run of most
+tables) is read on the driver by the Python client and handed to Spark as rows: Spark's Kafka
+source costs seconds of fixed overhead (a consumer per task, offset checks, a job) that no
+small run needs. Larger runs are read by Spark's source, in parallel on the executors. Both
+keep a message's bytes as they are (the parsers quarantine a value that is not UTF-8), fail on
+offsets deleted before the read, and pass over offsets without a message (compaction,
+transaction markers); tests/cli/test_kafka_broker.py holds them equal.
 
 Arrival order: `_cdc_batch` is the run's hour, `_cdc_file` the range's name (partition, then
 start offset) and `_cdc_row` the message's offset, so within a partition a later message always
@@ -11,15 +19,74 @@ key is not read: the key columns come from the value.
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Mapping
+from dataclasses import dataclass
 
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from cdc_pipeline.kafka_settings import spark_options
 from spark_jobs.formats.json_lines import LINE
+from spark_jobs.kafka import broker
 from spark_jobs.kafka.offsets import KafkaPlan
 from spark_jobs.rules.transforms import BATCH, FILE, ROW
+
+# Runs of up to this many offsets are read on the driver (CDC_DRIVER_READ_MESSAGES sets it;
+# 0: always Spark's source). 20,000 flat changes of ~200 bytes are ~4 MB in the driver.
+DRIVER_READ_LIMIT = 20_000
+
+
+@dataclass(frozen=True)
+class Messages:
+    """The run's lines, and the tombstones already counted (None: the lines hold them, as the
+    JSON `null` the parsers skip and count)."""
+
+    lines: DataFrame
+    tombstones: int | None
+
+
+def driver_read_limit() -> int:
+    """The largest run read on the driver."""
+    value = os.environ.get("CDC_DRIVER_READ_MESSAGES", "").strip()
+    return int(value) if value.isdigit() else DRIVER_READ_LIMIT
+
+
+def read_messages(spark: SparkSession, properties: Mapping[str, str], plan: KafkaPlan) -> Messages:
+    """The planned ranges' messages as lines, by the reader that suits their number."""
+    if not plan.to_read:
+        return Messages(no_messages(spark), 0)
+    if sum(r.messages for r in plan.to_read) <= driver_read_limit():
+        return _driver_read(spark, properties, plan)
+    return Messages(_spark_read(spark, properties, plan), None)
+
+
+def _driver_read(spark: SparkSession, properties: Mapping[str, str], plan: KafkaPlan) -> Messages:
+    """The ranges read by the Python client, handed to Spark as rows (Arrow): a value's bytes
+    cast to text in Spark, as the source's rows are."""
+    import pyarrow as pa
+
+    fetched = broker.read_ranges(
+        properties, plan.topic, {r.partition: (r.start, r.end) for r in plan.to_read}
+    )
+    if not fetched.values:  # tombstones, markers or compacted offsets only
+        return Messages(no_messages(spark), fetched.tombstones)
+    files = {r.partition: r.file for r in plan.to_read}
+    rows = pa.table(
+        {
+            "value": pa.array(fetched.values, pa.binary()),
+            FILE: pa.array([files[p] for p in fetched.partitions], pa.string()),
+            ROW: pa.array(fetched.offsets, pa.int64()),
+        }
+    )
+    frame = spark.createDataFrame(rows)
+    lines = frame.select(
+        F.col("value").cast("string").alias(LINE),
+        F.lit(plan.batch).alias(BATCH),
+        F.col(FILE),
+        F.col(ROW),
+    )
+    return Messages(lines, fetched.tombstones)
 
 
 def _range_files(plan: KafkaPlan) -> Column:
@@ -32,11 +99,9 @@ def _range_files(plan: KafkaPlan) -> Column:
     return column
 
 
-def read_messages(spark: SparkSession, properties: Mapping[str, str], plan: KafkaPlan) -> DataFrame:
-    """The planned ranges' messages as lines: `value` (the message's value as text; a null
-    value, a tombstone, as the JSON `null` the parsers skip and count) and the arrival columns.
-
-    A message's bytes are kept as they are: the parsers quarantine a value that is not UTF-8."""
+def _spark_read(spark: SparkSession, properties: Mapping[str, str], plan: KafkaPlan) -> DataFrame:
+    """The ranges read by Spark's Kafka source (one bounded batch read); a null value, a
+    tombstone, as the JSON `null` line."""
     ranges = plan.to_read
     topic = plan.topic
     frame = (

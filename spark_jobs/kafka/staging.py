@@ -38,7 +38,7 @@ from spark_jobs.kafka.offsets import (
     range_of_file,
     staged_offsets,
 )
-from spark_jobs.kafka.reading import no_messages, read_messages
+from spark_jobs.kafka.reading import read_messages
 from spark_jobs.rules.transforms import BATCH, FILE, ROW
 from spark_jobs.runtime.context import StepContext
 from spark_jobs.runtime.report import StepReport
@@ -124,8 +124,8 @@ def _read_and_commit(
     None when another run committed first; quarantined rows; quarantine's version; the typed
     read)."""
     spark = context.spark
-    lines = read_messages(spark, properties, plan) if plan.to_read else no_messages(spark)
-    read = read_json_changes(spark, context.table, lines)
+    messages = read_messages(spark, properties, plan)
+    read = read_json_changes(spark, context.table, messages.lines, messages.tombstones)
     delta.inject_fault("stage:before_first_write")
     typed = type_read(context, interval, read, read.frame, staging, [plan.batch])
     try:

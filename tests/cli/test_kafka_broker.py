@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import os
+import uuid
 from collections.abc import Iterator
 from typing import Any
 
@@ -121,3 +123,106 @@ def test_deleted_records_move_the_earliest_offset_and_a_restart_keeps_the_data(
     assert kafka_broker.earliest_offsets(topic) == {0: 2, 1: 0, 2: 0}
     assert kafka_broker.produce(topic, [("k6", "v6", 0), ("k7", "v7", 2)]) == [(0, 3), (2, 0)]
     assert kafka_broker.end_offsets(topic) == {0: 4, 1: 3, 2: 1}
+
+
+def _transactions(broker: KafkaBroker, topic: str) -> None:
+    """A committed transaction of two messages into partition 0 and an aborted one of one
+    message into partition 1: each leaves a control record (an offset without a message)."""
+    from confluent_kafka import Producer
+
+    producer = Producer(broker.client_config(**{"transactional.id": f"t-{uuid.uuid4().hex}"}))
+    producer.init_transactions(30)
+    producer.begin_transaction()
+    producer.produce(topic, b'{"id": 10}', partition=0)
+    producer.produce(topic, b'{"id": 11}', partition=0)
+    producer.commit_transaction(30)
+    producer.begin_transaction()
+    producer.produce(topic, b'{"id": 12}', partition=1)
+    producer.flush(30)
+    producer.abort_transaction(30)
+
+
+def _lines(session: Any, properties: dict[str, str], plan: Any, limit: int) -> tuple[list, Any]:
+    """(partition file, offset, the line's bytes in hex) of each line, and the tombstones the
+    read counted, by the reader a run of that size gets under `limit`."""
+    from pyspark.sql import functions as F
+
+    from spark_jobs.kafka.reading import read_messages
+
+    os.environ["CDC_DRIVER_READ_MESSAGES"] = str(limit)
+    try:
+        messages = read_messages(session, properties, plan)
+    finally:
+        del os.environ["CDC_DRIVER_READ_MESSAGES"]
+    rows = messages.lines.select(
+        "_cdc_batch", "_cdc_file", "_cdc_row", F.hex(F.col("value").cast("binary"))
+    ).collect()
+    return sorted(tuple(r) for r in rows), messages.tombstones
+
+
+@pytest.mark.cli
+@pytest.mark.both_modes
+def test_the_driver_read_and_spark_s_source_read_the_same_lines(
+    kafka_broker: KafkaBroker, session: Any, spark_mode: str
+) -> None:
+    """A small run is read on the driver, a large one by Spark's source: the same lines (bytes
+    that are not UTF-8 kept as they are), the same tombstones (counted on the driver, `null`
+    lines from Spark), the same offsets passed over (transaction markers, an aborted
+    transaction's message read, as read_uncommitted does), the same ranges' ends; offsets
+    deleted before the read fail both."""
+    from cdc_pipeline.errors import LostMessagesError
+    from spark_jobs.kafka.offsets import KafkaPlan, OffsetRange
+
+    topic = f"readers_{spark_mode}_{uuid.uuid4().hex[:6]}"
+    kafka_broker.create_topic(topic, partitions=2)
+    kafka_broker.produce(
+        topic,
+        [
+            ("1", '{"id": 1}', 0),
+            ("1", None, 0),  # a tombstone
+            ("2", b'{"id": 2, "name": "\xff\xfe"}', 1),  # not UTF-8
+            ("3", '{"id": 3, "name": "\u00e9"}', 1),
+        ],
+    )
+    _transactions(kafka_broker, topic)
+    kafka_broker.produce(topic, [("4", '{"id": 4}', 0), ("5", '{"id": 5}', 1)])
+    end = kafka_broker.end_offsets(topic)
+    # 0: 1, tombstone, 10, 11, marker, 4; 1: 2, 3, 12 (aborted), marker, 5
+    assert end == {0: 6, 1: 5}
+    properties = {"bootstrap.servers": kafka_broker.bootstrap_servers}
+
+    def plan(ranges: dict[int, tuple[int, int]]) -> KafkaPlan:
+        return KafkaPlan(
+            topic=topic,
+            staging=None,  # type: ignore[arg-type]  # not read by the readers
+            batch="2024-01-01T00",
+            ranges=[OffsetRange(partition=p, start=s, end=e) for p, (s, e) in ranges.items()],
+        )
+
+    plans = {
+        "everything": plan({0: (0, 6), 1: (0, 5)}),
+        # ends on a marker (0) and on the aborted message (1); starts after a tombstone
+        "middle": plan({0: (2, 5), 1: (1, 3)}),
+        "a marker only": plan({0: (4, 5)}),
+    }
+    for name, planned in plans.items():
+        driver = _lines(session, properties, planned, 1_000_000)
+        spark = _lines(session, properties, planned, 0)
+        null = "6E756C6C"  # the line `null` Spark's read gives a tombstone
+        assert driver[1] is not None and spark[1] is None, name
+        assert driver[0] == [r for r in spark[0] if r[3] != null], name
+        assert driver[1] == sum(1 for r in spark[0] if r[3] == null), name
+    everything = _lines(session, properties, plans["everything"], 1_000_000)
+    assert [(r[1][6:11], r[2]) for r in everything[0]] == [
+        ("00000", 0), ("00000", 2), ("00000", 3), ("00000", 5),
+        ("00001", 0), ("00001", 1), ("00001", 2), ("00001", 4),
+    ]  # fmt: skip
+    assert everything[1] == 1
+    assert bytes.fromhex(everything[0][4][3]) == b'{"id": 2, "name": "\xff\xfe"}'
+
+    kafka_broker.delete_records(topic, {0: 2})
+    deleted = plan({0: (0, 6)})
+    with pytest.raises(LostMessagesError, match=r"partition 0 offsets 0\.\.1\. Nothing was staged"):
+        _lines(session, properties, deleted, 1_000_000)
+    with pytest.raises(Exception, match=r"(?i)data ?loss|OffsetOutOfRange|out of range"):
+        _lines(session, properties, deleted, 0)

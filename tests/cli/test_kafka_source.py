@@ -294,14 +294,17 @@ def test_reset_staging_keeps_the_offsets_staged(
     assert [r[:3] for r in final(workspace, "k")] == [(1, "a", 1), (2, "b2", 3)]
 
 
+@pytest.mark.parametrize("reader", ["driver", "spark"])
 def test_the_broker_stopped_during_the_read_fails_the_run_once_and_the_retry_is_exact(
-    workspace: Workspace, kafka_broker: KafkaBroker, tmp_path: Path
+    workspace: Workspace, kafka_broker: KafkaBroker, tmp_path: Path, reader: str
 ) -> None:
-    """The run plans its ranges (the broker's end offsets), then the broker stops before Spark
-    reads them: the run fails with one line naming the topic and the servers, stages nothing;
-    after the broker is back, the retry applies each message exactly once. (A barrier at the
-    plan holds the run while the test stops the broker; the Java client's admin and request
-    timeouts are cut to 5 s so its three tries take seconds, not three minutes.)"""
+    """The run plans its ranges (the broker's end offsets), then the broker stops before they
+    are read (on the driver, the small run's reader, or by Spark's source): the run fails with
+    one line naming the topic and the servers, stages nothing; after the broker is back, the
+    retry applies each message exactly once. (A barrier at the plan holds the run while the test
+    stops the broker; the Java client's admin and request timeouts are cut to 5 s so its three
+    tries take seconds, not three minutes.)"""
+    limit = {"driver": "20000", "spark": "0"}[reader]
     topic = new_topic(kafka_broker, partitions=2)
     workspace.configure(kafka_row("k", topic))
     send(kafka_broker, topic, [(change("I", 1, "a", 1, 1), 0), (change("I", 2, "b", 2, 2), 1)])
@@ -315,6 +318,7 @@ def test_the_broker_stopped_during_the_read_fails_the_run_once_and_the_retry_is_
         CDC_KAFKA_DEFAULT_API_TIMEOUT_MS="5000",
         CDC_KAFKA_REQUEST_TIMEOUT_MS="5000",
         CDC_BARRIER=f"stage:kafka_planned|{barrier}|2",
+        CDC_DRIVER_READ_MESSAGES=limit,
     )
     try:
         until = time.monotonic() + 300
@@ -329,10 +333,15 @@ def test_the_broker_stopped_during_the_read_fails_the_run_once_and_the_retry_is_
         if not kafka_broker.running:
             kafka_broker.restart()
     assert process.returncode == 1, stderr
-    # The client's words vary with the call that timed out first (listNodes, a fetch, ...).
+    # The Java client's words vary with the call that timed out first (listNodes, a fetch,
+    # ...); librdkafka's name the connection that failed.
+    cause = {
+        "driver": r"[^\n]*(Connect|connect|refused|down|timed out)[^\n]*",
+        "spark": r"(TimeoutException|DisconnectException|NetworkException)[^\n]*",
+    }[reader]
     said = re.escape(f"Kafka topic {topic!r} at {kafka_broker.bootstrap_servers}") + (
-        r" stopped answering during the read \((TimeoutException|DisconnectException|"
-        r"NetworkException)[^\n]*\); nothing was staged: the retry reads the same messages$"
+        rf" stopped answering during the read \({cause}\); nothing was staged: the retry reads "
+        r"the same messages$"
     )
     assert re.search(said, stderr.strip().splitlines()[-1]), stderr[-3000:]
     assert (
