@@ -207,9 +207,13 @@ class Fetched:
 
 
 def read_ranges(
-    properties: Mapping[str, str], topic: str, ranges: Mapping[int, tuple[int, int]]
-) -> Fetched:
-    """The messages at offsets [start, end) of each partition, through the Python client.
+    properties: Mapping[str, str],
+    topic: str,
+    ranges: Mapping[int, tuple[int, int]],
+    max_bytes: int | None = None,
+) -> Fetched | None:
+    """The messages at offsets [start, end) of each partition, through the Python client; None
+    when their values hold more than `max_bytes` (the read stops there).
 
     What Spark's Kafka source with failOnDataLoss does, on the driver: offsets the broker no
     longer holds (retention deleted them after the plan) fail the read (LostMessagesError);
@@ -238,6 +242,8 @@ def read_ranges(
             for message in consumer.consume(num_messages=10_000, timeout=0.5):
                 if reader.take(consumer, message, properties):
                     deadline = time.monotonic() + REQUEST_TIMEOUT
+            if max_bytes is not None and reader.bytes > max_bytes:
+                return None
             if reader.pending and time.monotonic() > deadline:  # no message for that long
                 errors = reader.errors
                 said = errors[-1] if errors else f"no answer in {REQUEST_TIMEOUT:.0f} s"
@@ -263,6 +269,7 @@ class _RangeReader:
         self.pending = {p: end for p, (start, end) in ranges.items() if end > start}
         self.fetched = Fetched([], [], [], 0)
         self.errors: list[str] = []  # the client's own (a refused connection, brokers down)
+        self.bytes = 0  # of the values kept
 
     def take(self, consumer: Any, message: Any, properties: Mapping[str, str]) -> bool:
         """Keep a message of a range (a tombstone counted); True when it was a message."""
@@ -290,6 +297,7 @@ class _RangeReader:
             if value is None:
                 self.fetched = replace(self.fetched, tombstones=self.fetched.tombstones + 1)
             else:
+                self.bytes += len(value)
                 self.fetched.values.append(value)
                 self.fetched.partitions.append(partition)
                 self.fetched.offsets.append(offset)

@@ -33,8 +33,11 @@ from spark_jobs.kafka.offsets import KafkaPlan
 from spark_jobs.rules.transforms import BATCH, FILE, ROW
 
 # Runs of up to this many offsets are read on the driver (CDC_DRIVER_READ_MESSAGES sets it;
-# 0: always Spark's source). 20,000 flat changes of ~200 bytes are ~4 MB in the driver.
+# 0: always Spark's source). 20,000 flat changes of ~200 bytes are ~4 MB in the driver; a run
+# whose values pass DRIVER_READ_BYTES (Debezium's envelopes run to kilobytes) stops reading
+# there and goes to Spark's source.
 DRIVER_READ_LIMIT = 20_000
+DRIVER_READ_BYTES = 32 * 1024 * 1024
 
 
 @dataclass(frozen=True)
@@ -57,18 +60,27 @@ def read_messages(spark: SparkSession, properties: Mapping[str, str], plan: Kafk
     if not plan.to_read:
         return Messages(no_messages(spark), 0)
     if sum(r.messages for r in plan.to_read) <= driver_read_limit():
-        return _driver_read(spark, properties, plan)
+        read = _driver_read(spark, properties, plan)
+        if read is not None:
+            return read
     return Messages(_spark_read(spark, properties, plan), None)
 
 
-def _driver_read(spark: SparkSession, properties: Mapping[str, str], plan: KafkaPlan) -> Messages:
+def _driver_read(
+    spark: SparkSession, properties: Mapping[str, str], plan: KafkaPlan
+) -> Messages | None:
     """The ranges read by the Python client, handed to Spark as rows (Arrow): a value's bytes
-    cast to text in Spark, as the source's rows are."""
+    cast to text in Spark, as the source's rows are. None: more than DRIVER_READ_BYTES."""
     import pyarrow as pa
 
     fetched = broker.read_ranges(
-        properties, plan.topic, {r.partition: (r.start, r.end) for r in plan.to_read}
+        properties,
+        plan.topic,
+        {r.partition: (r.start, r.end) for r in plan.to_read},
+        max_bytes=DRIVER_READ_BYTES,
     )
+    if fetched is None:
+        return None
     if not fetched.values:  # tombstones, markers or compacted offsets only
         return Messages(no_messages(spark), fetched.tombstones)
     files = {r.partition: r.file for r in plan.to_read}

@@ -163,7 +163,7 @@ def _lines(session: Any, properties: dict[str, str], plan: Any, limit: int) -> t
 @pytest.mark.cli
 @pytest.mark.both_modes
 def test_the_driver_read_and_spark_s_source_read_the_same_lines(
-    kafka_broker: KafkaBroker, session: Any, spark_mode: str
+    kafka_broker: KafkaBroker, session: Any, spark_mode: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A small run is read on the driver, a large one by Spark's source: the same lines (bytes
     that are not UTF-8 kept as they are), the same tombstones (counted on the driver, `null`
@@ -218,6 +218,12 @@ def test_the_driver_read_and_spark_s_source_read_the_same_lines(
         ("00001", 0), ("00001", 1), ("00001", 2), ("00001", 4),
     ]  # fmt: skip
     assert everything[1] == 1
+    # Values past the driver's byte bound: the read stops and Spark's source reads the run.
+    with monkeypatch.context() as patched:
+        patched.setattr("spark_jobs.kafka.reading.DRIVER_READ_BYTES", 20)
+        over = _lines(session, properties, plans["everything"], 1_000_000)
+    assert over == _lines(session, properties, plans["everything"], 0)
+    assert over[1] is None
     assert bytes.fromhex(everything[0][4][3]) == b'{"id": 2, "name": "\xff\xfe"}'
 
     kafka_broker.delete_records(topic, {0: 2})
