@@ -22,6 +22,10 @@ from cdc_pipeline.kafka_settings import BOOTSTRAP, librdkafka_properties
 
 # Seconds a metadata or offset request may take before the broker counts as unreachable.
 REQUEST_TIMEOUT = 15.0
+# How long one consume() call of read_ranges waits: librdkafka returns a batch only once it is
+# full or this time is up, so a long wait is paid on every small read (0.5 s: 0.50 s to read
+# 300 messages; 0.02 s: 0.03 s).
+CONSUME_TIMEOUT = 0.02
 
 
 @dataclass(frozen=True)
@@ -239,7 +243,7 @@ def read_ranges(
         consumer.assign([TopicPartition(topic, p, ranges[p][0]) for p in reader.pending])
         deadline = time.monotonic() + REQUEST_TIMEOUT
         while reader.pending:
-            for message in consumer.consume(num_messages=10_000, timeout=0.5):
+            for message in consumer.consume(num_messages=10_000, timeout=CONSUME_TIMEOUT):
                 if reader.take(consumer, message, properties):
                     deadline = time.monotonic() + REQUEST_TIMEOUT
             if max_bytes is not None and reader.bytes > max_bytes:
