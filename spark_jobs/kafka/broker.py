@@ -22,7 +22,7 @@ from cdc_pipeline.kafka_settings import BOOTSTRAP, librdkafka_properties
 
 # Seconds a metadata or offset request may take before the broker counts as unreachable.
 REQUEST_TIMEOUT = 15.0
-# How long one consume() call of read_ranges waits: librdkafka returns a batch only once it is
+# How long one consume() call waits: librdkafka returns a batch only once it is
 # full or this time is up, so a long wait is paid on every small read (0.5 s: 0.50 s to read
 # 300 messages; 0.02 s: 0.03 s).
 CONSUME_TIMEOUT = 0.02
@@ -182,13 +182,17 @@ def message_times(
     try:
         consumer = Consumer({**_client_config(properties), "enable.partition.eof": False})
         consumer.assign([TopicPartition(topic, p, o) for p, o in offsets.items()])
-        for message in consumer.consume(num_messages=len(offsets) * 50, timeout=REQUEST_TIMEOUT):
-            partition = message.partition()
-            if message.error() is not None or partition is None or partition in found:
-                continue
-            kind, millis = message.timestamp()
-            if kind != 0:  # the first message at or after the offset (compaction may skip)
-                found[partition] = datetime.fromtimestamp(millis / 1000, UTC)
+        # Short waits until every partition has answered: one consume() of REQUEST_TIMEOUT
+        # would wait all of it unless its batch filled (15 s per table in `cdc status`).
+        deadline = time.monotonic() + REQUEST_TIMEOUT
+        while len(found) < len(offsets) and time.monotonic() < deadline:
+            for message in consumer.consume(num_messages=1_000, timeout=CONSUME_TIMEOUT):
+                partition = message.partition()
+                if message.error() is not None or partition is None or partition in found:
+                    continue
+                kind, millis = message.timestamp()
+                if kind != 0:  # the first message at or after the offset (compaction may skip)
+                    found[partition] = datetime.fromtimestamp(millis / 1000, UTC)
         return found
     except KafkaException as error:
         _raise_for(error, properties, topic)

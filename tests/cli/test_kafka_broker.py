@@ -232,3 +232,28 @@ def test_the_driver_read_and_spark_s_source_read_the_same_lines(
         _lines(session, properties, deleted, 1_000_000)
     with pytest.raises(Exception, match=r"(?i)data ?loss|OffsetOutOfRange|out of range"):
         _lines(session, properties, deleted, 0)
+
+
+def test_the_oldest_waiting_message_s_time_is_read_without_waiting_for_the_timeout(
+    kafka_broker: KafkaBroker,
+) -> None:
+    """`cdc status`'s age of the oldest unstaged message: the broker's timestamp of the message
+    at each given offset, read as soon as every partition answered (one consume() of the whole
+    request timeout used to wait all 15 s for a batch that never filled, per table)."""
+    import time
+    from datetime import UTC, datetime
+
+    from spark_jobs.kafka.broker import REQUEST_TIMEOUT, message_times
+
+    topic = f"times_{uuid.uuid4().hex[:6]}"
+    kafka_broker.create_topic(topic, partitions=2)
+    before = datetime.now(UTC).replace(microsecond=0)
+    kafka_broker.produce(topic, [("a", "1", 0), ("b", "2", 0), ("c", "3", 1)])
+    after = datetime.now(UTC)
+    properties = {"bootstrap.servers": kafka_broker.bootstrap_servers}
+    started = time.monotonic()
+    found = message_times(properties, topic, {0: 1, 1: 0})
+    took = time.monotonic() - started
+    assert sorted(found) == [0, 1]
+    assert all(before <= t <= after for t in found.values()), (before, found, after)
+    assert took < REQUEST_TIMEOUT / 2, f"{took:.1f} s: it waited for the timeout"
