@@ -12,8 +12,9 @@ from __future__ import annotations
 
 import re
 import time
-from collections.abc import Mapping
-from dataclasses import dataclass, replace
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
@@ -132,21 +133,26 @@ def unreachable_during_read(
         if found:
             words = found.group(2).strip()
             cause = f"{found.group(1)}: {words}" if words else found.group(1)
-            return SourceUnavailableError(
-                f"{_where(properties, topic)} stopped answering during the read ({cause}); "
-                "nothing was staged: the retry reads the same messages"
-            )
+            return _stopped_answering(properties, topic, cause)
         current = current.__cause__ or current.__context__
     return None
 
 
+def _stopped_answering(
+    properties: Mapping[str, str], topic: str, cause: str
+) -> SourceUnavailableError:
+    """The transient error of a broker that stopped answering while a run read its ranges."""
+    return SourceUnavailableError(
+        f"{_where(properties, topic)} stopped answering during the read ({cause}); "
+        "nothing was staged: the retry reads the same messages"
+    )
+
+
 def topic_offsets(properties: Mapping[str, str], topic: str) -> TopicOffsets:
     """The topic's partitions and their watermarks, now."""
-    from confluent_kafka import Consumer, KafkaException, TopicPartition
+    from confluent_kafka import TopicPartition
 
-    consumer = None
-    try:
-        consumer = Consumer(_client_config(properties))
+    with _consumer(_client_config(properties), properties, topic) as consumer:
         metadata = consumer.list_topics(topic, timeout=REQUEST_TIMEOUT)
         described = metadata.topics.get(topic)
         if described is None or described.error is not None:
@@ -159,6 +165,20 @@ def topic_offsets(properties: Mapping[str, str], topic: str) -> TopicOffsets:
             )
             watermarks[partition] = Watermarks(int(low), int(high))
         return TopicOffsets(topic, watermarks)
+
+
+@contextmanager
+def _consumer(
+    config: Mapping[str, Any], properties: Mapping[str, str], topic: str
+) -> Iterator[Any]:
+    """A consumer of `config`, closed after use; the client's failures as the project's errors
+    (`_raise_for`)."""
+    from confluent_kafka import Consumer, KafkaException
+
+    consumer = None
+    try:
+        consumer = Consumer(dict(config))
+        yield consumer
     except KafkaException as error:
         _raise_for(error, properties, topic)
         raise  # unreachable: _raise_for always raises
@@ -173,14 +193,13 @@ def message_times(
     """The broker's timestamp of the message at each given (partition, offset): the age of the
     oldest message a table has not staged (`cdc status`). Partitions whose message could not be
     read in time are left out."""
-    from confluent_kafka import Consumer, KafkaException, TopicPartition
+    from confluent_kafka import TopicPartition
 
     if not offsets:
         return {}
-    consumer = None
     found: dict[int, datetime] = {}
-    try:
-        consumer = Consumer({**_client_config(properties), "enable.partition.eof": False})
+    config = {**_client_config(properties), "enable.partition.eof": False}
+    with _consumer(config, properties, topic) as consumer:
         consumer.assign([TopicPartition(topic, p, o) for p, o in offsets.items()])
         # Short waits until every partition has answered: one consume() of REQUEST_TIMEOUT
         # would wait all of it unless its batch filled (15 s per table in `cdc status`).
@@ -194,15 +213,9 @@ def message_times(
                 if kind != 0:  # the first message at or after the offset (compaction may skip)
                     found[partition] = datetime.fromtimestamp(millis / 1000, UTC)
         return found
-    except KafkaException as error:
-        _raise_for(error, properties, topic)
-        raise
-    finally:
-        if consumer is not None:
-            consumer.close()
 
 
-@dataclass(frozen=True)
+@dataclass
 class Fetched:
     """The messages of some ranges read on the driver: per message its value (bytes as sent),
     partition and offset, in offset order within a partition; tombstones (null values) counted,
@@ -229,7 +242,7 @@ def read_ranges(
     of aborted transactions are read, as the Java client's default `read_uncommitted` does. A
     broker that answers nothing for REQUEST_TIMEOUT seconds fails it (SourceUnavailableError,
     transient: nothing was staged)."""
-    from confluent_kafka import Consumer, KafkaException, TopicPartition
+    from confluent_kafka import TopicPartition
 
     reader = _RangeReader(topic, ranges)
     if not reader.pending:
@@ -241,9 +254,7 @@ def read_ranges(
         "auto.offset.reset": "error",  # a deleted start offset is an error, never a jump
         "error_cb": lambda error: reader.errors.append(error.str()),
     }
-    consumer = None
-    try:
-        consumer = Consumer(config)
+    with _consumer(config, properties, topic) as consumer:
         consumer.assign([TopicPartition(topic, p, ranges[p][0]) for p in reader.pending])
         deadline = time.monotonic() + REQUEST_TIMEOUT
         while reader.pending:
@@ -255,17 +266,8 @@ def read_ranges(
             if reader.pending and time.monotonic() > deadline:  # no message for that long
                 errors = reader.errors
                 said = errors[-1] if errors else f"no answer in {REQUEST_TIMEOUT:.0f} s"
-                raise SourceUnavailableError(
-                    f"{_where(properties, topic)} stopped answering during the read ({said}); "
-                    "nothing was staged: the retry reads the same messages"
-                )
+                raise _stopped_answering(properties, topic, said)
         return reader.fetched
-    except KafkaException as error:
-        _raise_for(error, properties, topic)
-        raise
-    finally:
-        if consumer is not None:
-            consumer.close()
 
 
 class _RangeReader:
@@ -303,7 +305,7 @@ class _RangeReader:
         if offset < end:
             value = message.value()
             if value is None:
-                self.fetched = replace(self.fetched, tombstones=self.fetched.tombstones + 1)
+                self.fetched.tombstones += 1
             else:
                 self.bytes += len(value)
                 self.fetched.values.append(value)
