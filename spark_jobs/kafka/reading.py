@@ -91,7 +91,10 @@ def _driver_read(
             ROW: pa.array(fetched.offsets, pa.int64()),
         }
     )
-    frame = spark.createDataFrame(rows)
+    # One Spark partition, as a landed file's run reads: the rows would otherwise be sliced by
+    # the default parallelism, and every slice is a staged file the overwrite reads again
+    # (two files a run on 2 cores; 1.53 s against 1.22 s overwrite-final, 65 tables).
+    frame = spark.createDataFrame(rows).coalesce(1)
     lines = frame.select(
         F.col("value").cast("string").alias(LINE),
         F.lit(plan.batch).alias(BATCH),

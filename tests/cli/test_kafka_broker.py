@@ -6,6 +6,7 @@ import json
 import os
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -163,7 +164,11 @@ def _lines(session: Any, properties: dict[str, str], plan: Any, limit: int) -> t
 @pytest.mark.cli
 @pytest.mark.both_modes
 def test_the_driver_read_and_spark_s_source_read_the_same_lines(
-    kafka_broker: KafkaBroker, session: Any, spark_mode: str, monkeypatch: pytest.MonkeyPatch
+    kafka_broker: KafkaBroker,
+    session: Any,
+    spark_mode: str,
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
 ) -> None:
     """A small run is read on the driver, a large one by Spark's source: the same lines (bytes
     that are not UTF-8 kept as they are), the same tombstones (counted on the driver, `null`
@@ -172,6 +177,7 @@ def test_the_driver_read_and_spark_s_source_read_the_same_lines(
     deleted before the read fail both."""
     from cdc_pipeline.errors import LostMessagesError
     from spark_jobs.kafka.offsets import KafkaPlan, OffsetRange
+    from spark_jobs.kafka.reading import read_messages
 
     topic = f"readers_{spark_mode}_{uuid.uuid4().hex[:6]}"
     kafka_broker.create_topic(topic, partitions=2)
@@ -218,6 +224,14 @@ def test_the_driver_read_and_spark_s_source_read_the_same_lines(
         ("00001", 0), ("00001", 1), ("00001", 2), ("00001", 4),
     ]  # fmt: skip
     assert everything[1] == 1
+    # A run read on the driver is written as one file, as a landed file's run is staged.
+    os.environ["CDC_DRIVER_READ_MESSAGES"] = "1000000"
+    try:
+        lines = read_messages(session, properties, plans["everything"]).lines
+    finally:
+        del os.environ["CDC_DRIVER_READ_MESSAGES"]
+    lines.write.parquet(str(tmp_path / "written"))
+    assert len(list((tmp_path / "written").glob("*.parquet"))) == 1
     # Values past the driver's byte bound: the read stops and Spark's source reads the run.
     with monkeypatch.context() as patched:
         patched.setattr("spark_jobs.kafka.reading.DRIVER_READ_BYTES", 20)
