@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import re
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -150,46 +150,47 @@ def _stopped_answering(
 
 def topic_offsets(properties: Mapping[str, str], topic: str) -> TopicOffsets:
     """The topic's partitions and their watermarks, now."""
-    from confluent_kafka import TopicPartition
-
-    def marks(consumer: Any, partition: int) -> Watermarks:
-        low, high = consumer.get_watermark_offsets(
-            TopicPartition(topic, partition), timeout=REQUEST_TIMEOUT, cached=False
-        )
-        return Watermarks(int(low), int(high))
-
     with _consumer(_client_config(properties), properties, topic) as consumer:
         # Partition 0 first: a new client's first metadata request waits ~55 ms for its
         # connection, one made by an offset request before it answers in ~1 ms. A missing
         # topic is left to the metadata, which names it.
-        first = _first_marks(lambda: marks(consumer, 0))
+        first = _first_watermarks(consumer, topic)
         metadata = consumer.list_topics(topic, timeout=REQUEST_TIMEOUT)
         described = metadata.topics.get(topic)
         if described is None or described.error is not None:
             _raise_for(described.error if described is not None else None, properties, topic)
         assert described is not None
         watermarks = {
-            p: first if p == 0 and first is not None else marks(consumer, p)
+            p: first if p == 0 and first is not None else _watermarks(consumer, topic, p)
             for p in sorted(described.partitions)
         }
         return TopicOffsets(topic, watermarks)
 
 
-def _first_marks(read: Callable[[], Watermarks]) -> Watermarks | None:
+def _watermarks(consumer: Any, topic: str, partition: int) -> Watermarks:
+    """One partition's watermarks, asked of the broker (never the client's cache)."""
+    from confluent_kafka import TopicPartition
+
+    low, high = consumer.get_watermark_offsets(
+        TopicPartition(topic, partition), timeout=REQUEST_TIMEOUT, cached=False
+    )
+    return Watermarks(int(low), int(high))
+
+
+def _first_watermarks(consumer: Any, topic: str) -> Watermarks | None:
     """Partition 0's watermarks, None when the client does not know the partition (a topic
     that does not exist: librdkafka's _UNKNOWN_PARTITION, which names no topic)."""
     from confluent_kafka import KafkaError, KafkaException
 
+    unknown = (
+        KafkaError._UNKNOWN_PARTITION,
+        KafkaError._UNKNOWN_TOPIC,
+        KafkaError.UNKNOWN_TOPIC_OR_PART,
+    )
     try:
-        return read()
+        return _watermarks(consumer, topic, 0)
     except KafkaException as error:
-        code = error.args[0].code() if error.args else None
-        unknown = (
-            KafkaError._UNKNOWN_PARTITION,
-            KafkaError._UNKNOWN_TOPIC,
-            KafkaError.UNKNOWN_TOPIC_OR_PART,
-        )
-        if code in unknown:
+        if error.args and error.args[0].code() in unknown:
             return None
         raise
 
@@ -348,12 +349,8 @@ def _raise_deleted(
     consumer: Any, topic: str, partition: int | None, ranges: Mapping[int, tuple[int, int]]
 ) -> None:
     """The LostMessagesError of offsets retention deleted between a run's plan and its read."""
-    from confluent_kafka import TopicPartition
-
     start = ranges.get(partition, (0, 0))[0] if partition is not None else 0
-    earliest, _ = consumer.get_watermark_offsets(
-        TopicPartition(topic, partition or 0), timeout=REQUEST_TIMEOUT, cached=False
-    )
+    earliest = _watermarks(consumer, topic, partition or 0).earliest
     raise LostMessagesError(
         f"Kafka topic {topic!r}: {max(0, earliest - start)} message(s) were deleted by the "
         f"broker (retention) between the run's plan and its read: partition {partition} offsets "

@@ -225,12 +225,10 @@ def test_the_driver_read_and_spark_s_source_read_the_same_lines(
     ]  # fmt: skip
     assert everything[1] == 1
     # A run read on the driver is written as one file, as a landed file's run is staged.
-    os.environ["CDC_DRIVER_READ_MESSAGES"] = "1000000"
-    try:
+    with monkeypatch.context() as patched:
+        patched.setenv("CDC_DRIVER_READ_MESSAGES", "1000000")
         lines = read_messages(session, properties, plans["everything"]).lines
-    finally:
-        del os.environ["CDC_DRIVER_READ_MESSAGES"]
-    lines.write.parquet(str(tmp_path / "written"))
+        lines.write.parquet(str(tmp_path / "written"))
     assert len(list((tmp_path / "written").glob("*.parquet"))) == 1
     # Values past the driver's byte bound: the read stops and Spark's source reads the run.
     with monkeypatch.context() as patched:
