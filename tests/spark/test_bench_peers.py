@@ -45,3 +45,22 @@ def test_partition_stable_merges_with_the_partition_predicate_agree_with_overwri
     assert dv["counts"]["num_deleted_rows"] == 10  # 200 changes, 1 in 20 a key-only delete
     # Only the two touched partitions' files were rewritten, or given deletion vectors.
     assert 0 < dv["files_written"] <= 2 * 2
+
+
+def test_the_rows_fingerprint_sees_the_rows_as_a_multiset(spark: Any) -> None:
+    columns = "ID long, A string, B string, V double"
+    rows = [(1, "x", None, 1.5), (2, None, "y", None), (2, None, "y", None), (3, "", "", 0.0)]
+
+    def fingerprint(data: list[tuple[Any, ...]], parts: int = 1) -> tuple[Any, ...]:
+        return bench.rows_fingerprint(spark.createDataFrame(data, columns).repartition(parts))
+
+    same = fingerprint(rows)
+    assert fingerprint(list(reversed(rows)), parts=3) == same  # any order, any files
+    changed = [
+        [*rows[:3], (3, "", "", 1e-300)],  # one value, by a hair
+        [*rows[:2], (1, "x", None, 1.5), *rows[3:]],  # another row duplicated instead
+        rows[:3],  # a duplicate gone
+        [(1, None, "x", 1.5), *rows[1:]],  # a value moved to the next, null, column
+        [(1, "x", "", 1.5), *rows[1:]],  # null against empty
+    ]
+    assert all(fingerprint(data) != same for data in changed)
