@@ -5,10 +5,10 @@ Two readers, one result. A run of up to DRIVER_READ_LIMIT messages (the 15-minut
 tables) is read on the driver by the Python client and handed to Spark as rows: Spark's Kafka
 source has about a second of fixed cost (a consumer per task, offset checks, a job: 1.73 s to
 count 300 messages against 0.52 s read on the driver and handed over) that no small run needs.
-Larger runs are read by Spark's source, in parallel on the executors. Both
-keep a message's bytes as they are (the parsers quarantine a value that is not UTF-8), fail on
-offsets deleted before the read, and pass over offsets without a message (compaction,
-transaction markers); tests/cli/test_kafka_broker.py holds them equal.
+Larger runs are read by Spark's source, in parallel on the executors. Both keep a message's
+bytes as they are (the parsers quarantine a value that is not UTF-8), fail on offsets deleted
+before the read, and pass over offsets without a message (compaction, transaction markers);
+tests/cli/test_kafka_broker.py holds them equal.
 
 Arrival order: `_cdc_batch` is the run's hour, `_cdc_file` the range's name (partition, then
 start offset) and `_cdc_row` the message's offset, so within a partition a later message always

@@ -383,9 +383,8 @@ def test_a_rest_run_without_logical_date_takes_the_latest_interval_feeds_the_ass
     # Two senders: overwrite_final's stale_data and the scheduler's deadline callback; either
     # may come first, so wait for both kinds.
     until = time.monotonic() + 120
-    while {"deadline_missed", "stale_data"} - {a["kind"] for a in ours()}:
-        if time.monotonic() > until:
-            break
+    kinds = {"deadline_missed", "stale_data"}
+    while kinds - {a["kind"] for a in ours()} and time.monotonic() < until:
         time.sleep(2)
     (missed,) = [a for a in ours() if a["kind"] == "deadline_missed"]
     assert missed["run_id"] == "rest_no_logical_date"
