@@ -8,6 +8,13 @@ from urllib.parse import urlparse
 
 UTF8_LOCALE = {"LC_ALL": "C.UTF-8"}  # built into Debian and most images
 CONNECT_DEFAULT_PORT = 15002
+# The Connect server's heap when CDC_SPARK_DRIVER_MEMORY sets none. It serves every run of every
+# table while it is up and keeps what they leave cached (compiled code, Delta logs, Spark's
+# status store): 150-420 MB live after one to six cycles of 65 tables (after a full GC; not
+# growing past that). On Spark's default 1g its old generation was full after four cycles and
+# the collector took a quarter of the server's CPU; a steady 65-table cycle took 12% less time
+# at 2g (docs/performance-log.md, "Where a steady cycle's CPU goes").
+CONNECT_SERVER_MEMORY = "2g"
 
 
 def utf8_locale(environment: Mapping[str, str]) -> dict[str, str]:

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
 
-from cdc_pipeline.jvm import CONNECT_DEFAULT_PORT, utf8_locale
+from cdc_pipeline.jvm import CONNECT_DEFAULT_PORT, CONNECT_SERVER_MEMORY, utf8_locale
 
 # The server is Spark's Connect plugin on a driver of our own (connect_driver.py), not Spark's
 # server class, which forces per-session artifact isolation (see connect_driver's docstring).
@@ -129,6 +129,9 @@ def server_conf(
     from spark_jobs.runtime.session import REQUIRED_SQL_CONF, static_conf
 
     settings = {
+        # A larger heap than Spark's 1g (cdc_pipeline.jvm says why); CDC_SPARK_DRIVER_MEMORY
+        # (static_conf's) or `conf` wins.
+        "spark.driver.memory": CONNECT_SERVER_MEMORY,
         **static_conf(),
         # Session defaults: every client session starts with the steps' SQL settings.
         **REQUIRED_SQL_CONF,

@@ -12,6 +12,7 @@ from pathlib import Path
 from cdc_pipeline.errors import (
     CdcError,
 )
+from cdc_pipeline.jvm import CONNECT_SERVER_MEMORY
 
 
 def _message(error: BaseException) -> str:
@@ -95,8 +96,15 @@ NOTHING_PAST = "nothing past the last commit the summary reports was written"
 
 def _driver_memory_advice() -> str:
     setting = os.environ.get("CDC_SPARK_DRIVER_MEMORY")
-    memory = setting or "1g, Spark's default"
-    where = " (the Connect server's: restart it)" if os.environ.get("CDC_SPARK_REMOTE") else ""
+    remote = bool(os.environ.get("CDC_SPARK_REMOTE"))
+    if setting:
+        memory = setting
+    elif remote:  # the server's own setting, unknown here: the default of a server cdc starts
+        setting = CONNECT_SERVER_MEMORY
+        memory = f"{setting} unless set where the server started (the Connect server's default)"
+    else:
+        memory = "1g, Spark's default"
+    where = " (the Connect server's: restart it)" if remote else ""
     return (
         f"driver memory is {memory}: set CDC_SPARK_DRIVER_MEMORY higher{where}, "
         f"e.g. {_larger_memory(setting)}"

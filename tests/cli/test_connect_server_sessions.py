@@ -59,8 +59,9 @@ def _driver_programs(jvm: int) -> list[int]:
 
 
 def test_sessions_share_compiled_code_and_the_driver_program_dies_with_the_jvm(
-    tmp_path: Path,
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    monkeypatch.delenv("CDC_SPARK_DRIVER_MEMORY", raising=False)
     ui_port = connect_server.free_port()
     server = connect_server.start(
         master="local[1]",
@@ -79,6 +80,9 @@ def test_sessions_share_compiled_code_and_the_driver_program_dies_with_the_jvm(
         assert first > before  # the first session compiled its query's code
         # Spark's own server class compiles it all again for every new session.
         assert second == first, f"a second session compiled {second - first} classes again"
+        # Its heap: the server's default (it keeps every table's cached state), not Spark's 1g.
+        command = Path(f"/proc/{server.pid}/cmdline").read_bytes().split(b"\0")
+        assert f"-Xmx{connect_server.CONNECT_SERVER_MEMORY}".encode() in command
         programs = _driver_programs(server.pid)
         assert len(programs) == 1, programs
         os.kill(server.pid, signal.SIGKILL)  # the JVM dies (an OOM kill, a crash)

@@ -109,3 +109,36 @@ def test_a_job_ended_by_the_server_stopping_its_context_is_a_lost_server(message
     assert connect_server_lost(UnknownException(message)) == (
         f"UnknownException: {message.splitlines()[0]}"
     )
+
+
+@pytest.mark.parametrize(
+    ("environment", "advice"),
+    [
+        ({}, "driver memory is 1g, Spark's default: set CDC_SPARK_DRIVER_MEMORY higher, e.g. 4g"),
+        (
+            {"CDC_SPARK_REMOTE": "sc://127.0.0.1:15002"},
+            "driver memory is 2g unless set where the server started (the Connect server's "
+            "default): set CDC_SPARK_DRIVER_MEMORY higher (the Connect server's: restart it), "
+            "e.g. 4g",
+        ),
+        (
+            {"CDC_SPARK_REMOTE": "sc://127.0.0.1:15002", "CDC_SPARK_DRIVER_MEMORY": "6g"},
+            "driver memory is 6g: set CDC_SPARK_DRIVER_MEMORY higher (the Connect server's: "
+            "restart it), e.g. 12g",
+        ),
+    ],
+)
+def test_out_of_memory_names_the_heap_of_the_driver_that_ran_out(
+    monkeypatch: pytest.MonkeyPatch, environment: dict[str, str], advice: str
+) -> None:
+    """A classic driver's default is Spark's 1g; the Connect server cdc starts has 2g."""
+    for name in ("CDC_SPARK_REMOTE", "CDC_SPARK_DRIVER_MEMORY"):
+        monkeypatch.delenv(name, raising=False)
+    for name, value in environment.items():
+        monkeypatch.setenv(name, value)
+    error = RuntimeError("java.lang.OutOfMemoryError: Java heap space")
+    assert one_line(
+        error
+    ) == f"Spark ran out of memory (java.lang.OutOfMemoryError): {advice}; " + (
+        "nothing past the last commit the summary reports was written"
+    )
