@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from spark_jobs.runtime.failures import connect_server_lost, one_line
+from spark_jobs.runtime.failures import NOTHING_PAST, connect_server_lost, one_line
 
 
 class Py4JJavaError(Exception):  # the name is what the classifier sees; no JVM here
@@ -137,8 +137,5 @@ def test_out_of_memory_names_the_heap_of_the_driver_that_ran_out(
     for name, value in environment.items():
         monkeypatch.setenv(name, value)
     error = RuntimeError("java.lang.OutOfMemoryError: Java heap space")
-    assert one_line(
-        error
-    ) == f"Spark ran out of memory (java.lang.OutOfMemoryError): {advice}; " + (
-        "nothing past the last commit the summary reports was written"
-    )
+    expected = f"Spark ran out of memory (java.lang.OutOfMemoryError): {advice}; {NOTHING_PAST}"
+    assert one_line(error) == expected
