@@ -204,10 +204,10 @@ def _add_bench_cycle_command(commands: Any) -> None:
     cycle.add_argument(
         "--every",
         type=int,
-        choices=[15, 60],
         default=None,
-        help="the tables' schedule in minutes: 60 (@hourly, default) or 15 (*/15: sub-hourly "
-        "runs over the hourly folders)",
+        help="the tables' schedule in minutes: 60 (@hourly, default), or 30, 15, 10 or 5 "
+        "(*/15: sub-hourly runs over the hourly folders; 5 or 10 to run many cycles in less "
+        "time)",
     )
     cycle.add_argument(
         "--output", type=Path, default=None, help="results folder (bench-results/cycle)"

@@ -62,6 +62,8 @@ DAG_PREFIX = "cdc_bc"
 # Both modes use the tables' default connection: LocalAirflow points spark_default at its own
 # Spark Connect server (connect mode) or at a local[2] spark-submit connection.
 CONN_ID = "spark_default"
+# The tables' schedules a cycle can run on, in minutes: each divides the hour.
+EVERY_CHOICES = (5, 10, 15, 30, 60)
 TASK_IDS = ("stage", "overwrite_final", "reset_staging", "optimize", "vacuum")
 
 
@@ -77,7 +79,7 @@ class CycleSpec:
     changes: int = 300
     modes: tuple[Mode, ...] = ("connect", "spark-submit")
     parallelism: int | None = None  # task processes at once; None: LocalAirflow's
-    every: int = 60  # the tables' schedule in minutes: 60 (@hourly) or 15 (*/15 * * * *)
+    every: int = 60  # the tables' schedule in minutes: 60 (@hourly), or */15 * * * * and the like
     output: Path = Path("bench-results/cycle")
     seed: int = 42
     timeout: float = 3600.0
@@ -104,8 +106,9 @@ class CycleSpec:
             raise ValueError(f"--changes must be at least 2, not {self.changes}")
         if self.parallelism is not None and self.parallelism < 1:
             raise ValueError(f"--parallelism must be at least 1, not {self.parallelism}")
-        if self.every not in (15, 60):
-            raise ValueError(f"--every must be 60 (hourly) or 15 (minutes), not {self.every}")
+        if self.every not in EVERY_CHOICES:
+            choices = ", ".join(map(str, EVERY_CHOICES))
+            raise ValueError(f"--every must be one of {choices} (minutes), not {self.every}")
         if not self.sources or set(self.sources) - {"files", "kafka"}:
             raise ValueError(f"--source must be files, kafka or both, not {self.sources}")
         if self.kafka_partitions < 1:

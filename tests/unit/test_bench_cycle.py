@@ -241,6 +241,7 @@ def test_cycle_spec_rejects_bad_options() -> None:
         (CycleSpec(tables=0), "--tables must be at least 1, not 0"),
         (CycleSpec(changes=1), "--changes must be at least 2, not 1"),
         (CycleSpec(parallelism=0), "--parallelism must be at least 1, not 0"),
+        (CycleSpec(every=7), "--every must be one of 5, 10, 15, 30, 60 (minutes), not 7"),
     ):
         try:
             spec.validate()
