@@ -94,30 +94,34 @@ def error_line(error: BaseException) -> str:
 NOTHING_PAST = "nothing past the last commit the summary reports was written"
 
 
+SPARK_DRIVER_MEMORY = "1g"  # Spark's own default heap of a driver
+
+
 def _driver_memory_advice() -> str:
     setting = os.environ.get("CDC_SPARK_DRIVER_MEMORY")
     remote = bool(os.environ.get("CDC_SPARK_REMOTE"))
     if setting:
-        memory = setting
+        size, memory = setting, setting
     elif remote:  # the server's own setting, unknown here: the default of a server cdc starts
-        setting = CONNECT_SERVER_MEMORY
-        memory = f"{setting} unless set where the server started (the Connect server's default)"
+        size = CONNECT_SERVER_MEMORY
+        memory = f"{size} unless set where the server started (the Connect server's default)"
     else:
-        memory = "1g, Spark's default"
+        size = SPARK_DRIVER_MEMORY
+        memory = f"{size}, Spark's default"
     where = " (the Connect server's: restart it)" if remote else ""
     return (
         f"driver memory is {memory}: set CDC_SPARK_DRIVER_MEMORY higher{where}, "
-        f"e.g. {_larger_memory(setting)}"
+        f"e.g. {_larger_memory(size)}"
     )
 
 
 _JVM_UNITS = {"k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
 
 
-def _larger_memory(setting: str | None) -> str:
-    """A JVM size above `setting` (Spark's default 1g when unset): 4g, or twice what is set from
-    4g up, so the advice never names what already failed."""
-    found = re.fullmatch(r"(\d+)([kmgt])b?", (setting or "1g").strip().lower())
+def _larger_memory(size: str) -> str:
+    """A JVM size above `size`: 4g, or twice `size` from 4g up, so the advice never names what
+    already failed."""
+    found = re.fullmatch(r"(\d+)([kmgt])b?", size.strip().lower())
     if found is None:
         return "4g"
     number, unit = int(found.group(1)), found.group(2)
