@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import sys
 from collections import Counter
 from collections.abc import Sequence
@@ -67,6 +68,19 @@ def optimize_table(path: Location, zorder_by: Sequence[str] = ()) -> tuple[int, 
     return delta.with_retries(f"{path}: optimize", attempt)
 
 
+def add_table_properties(path: Location) -> None:
+    """Give a table made before TABLE_PROPERTIES existed the ones it lacks (a property already
+    set, perhaps by its owner, is kept); a commit that loses a race waits for the next optimize."""
+    table = delta.open_table(path)
+    if table is None:
+        return
+    configuration = table.metadata().configuration
+    missing = {k: v for k, v in delta.TABLE_PROPERTIES.items() if k not in configuration}
+    if missing:
+        with contextlib.suppress(CommitFailedError):
+            table.alter.set_table_properties(missing)
+
+
 def checkpoint(path: Location) -> None:
     """Write a checkpoint so readers need not replay every commit."""
     snapshot = delta.load_snapshot(path)
@@ -77,6 +91,7 @@ def checkpoint(path: Location) -> None:
 def run_optimize(context: StepContext) -> StepReport[OptimizeCounts]:
     """Optimize final (Z-ordered by zorder_by), then compact staging, quarantine and tombstones."""
     table, paths = context.table, context.paths
+    add_table_properties(paths.final)
     before, after, partitions = optimize_table(paths.final, table.zorder_by)
     counts = OptimizeCounts(
         final_files_before=before, final_files_after=after, partitions_optimized=partitions
@@ -92,6 +107,7 @@ def run_optimize(context: StepContext) -> StepReport[OptimizeCounts]:
     if table.history:
         others += [("history", paths.history), ("history_log", paths.history_log)]
     for name, path in others:
+        add_table_properties(path)
         before, after, _ = optimize_table(path)
         counts.others[f"{name}_files"] = f"{before}->{after}"
     for path in (paths.final, paths.staging, paths.ledger, paths.applied):

@@ -33,6 +33,7 @@ from spark_jobs.delta.evolution import evolve_table, evolved_schema
 from spark_jobs.delta.faults import inject_fault
 from spark_jobs.delta.reading import (
     FILE_NAME_COLUMN,
+    TABLE_PROPERTIES,
     DataFile,
     Snapshot,
     arrow_table_rows,
@@ -63,6 +64,7 @@ __all__ = [
     "ROUTE_COLUMN",
     "RUN_ID_KEY",
     "STEP_KEY",
+    "TABLE_PROPERTIES",
     "TMP_DIR",
     "CommitResult",
     "DataFile",

@@ -7,6 +7,7 @@ jittered back-off, at most MAX_COMMIT_ATTEMPTS times.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import time
 import uuid
@@ -26,9 +27,11 @@ from cdc_pipeline.errors import ConcurrentWriteError
 from cdc_pipeline.paths import Location
 from spark_jobs.delta.faults import inject_fault
 from spark_jobs.delta.reading import (
+    TABLE_PROPERTIES,
     DataFile,
     Snapshot,
     load_snapshot,
+    open_table,
     partition_value_string,
     read_snapshot,
 )
@@ -289,9 +292,26 @@ def remove_duplicate_rows(spark: SparkSession, path: Location, step: str) -> int
     return with_retries(f"{path}: removing duplicate rows", attempt)
 
 
+# A driver-side table is compacted into one file when an append brings it to this many: every
+# run appends one, and reading it is the driver opening each of them (100 files: ~0.1 CPU-s).
+APPENDED_FILES_MAX = 10
+
+
 def append_arrow(path: Location, rows: pa.Table) -> None:
     """Append a small driver-side table (the ledger, applied marks) to the Delta table at `path`,
     creating it; an older table gains new columns (merged schema). Appends never conflict with
-    each other: delta-rs retries a lost race by itself, so no attempt loop is needed here."""
-    if rows.num_rows:
-        write_deltalake(str(path), rows, mode="append", schema_mode="merge")
+    each other: delta-rs retries a lost race by itself, so no attempt loop is needed here.
+
+    Every APPENDED_FILES_MAX appends the table's files are compacted into one (an OPTIMIZE: the
+    same rows, so readers of any version see what they saw); a compaction that loses a race to
+    another is left to the next append.
+    """
+    if not rows.num_rows:
+        return
+    write_deltalake(
+        str(path), rows, mode="append", schema_mode="merge", configuration=TABLE_PROPERTIES
+    )
+    table = open_table(path)
+    if table is not None and len(table.file_uris()) >= APPENDED_FILES_MAX:
+        with contextlib.suppress(CommitFailedError):
+            table.optimize.compact()

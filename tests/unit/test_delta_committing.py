@@ -1,12 +1,17 @@
-"""find_commit reads the log's commit files: our version and the data commits before it."""
+"""find_commit reads the log's commit files: our version and the data commits before it; the
+tables the steps create checkpoint every 10 commits, and the appended ones stay compact."""
 
+import json
 from pathlib import Path
 
 import pyarrow as pa
 import pytest
 from deltalake import CommitProperties, DeltaTable, write_deltalake
+from pyspark.sql.types import LongType, StructField, StructType
 
-from spark_jobs.delta import RUN_ID_KEY, find_commit
+from spark_jobs.delta import RUN_ID_KEY, TABLE_PROPERTIES, append_arrow, ensure_table, find_commit
+from spark_jobs.delta.committing import APPENDED_FILES_MAX
+from spark_jobs.optimize import add_table_properties
 
 
 def _write(path: Path, run_id: str) -> None:
@@ -34,3 +39,40 @@ def test_a_missing_commit_is_an_error(tmp_path: Path) -> None:
     _write(tmp_path, "r0")
     with pytest.raises(RuntimeError, match="commit of run nope not found"):
         find_commit(tmp_path, 0, "nope")
+
+
+def test_appended_tables_checkpoint_and_stay_compact(tmp_path: Path) -> None:
+    """The ledger and applied gain a file a run: every 10th append compacts them into one, and a
+    checkpoint every 10 commits keeps their log short; no row is lost or repeated."""
+    for n in range(25):
+        append_arrow(tmp_path, pa.table({"n": [n], "name": [f"file-{n}"]}))
+    table = DeltaTable(str(tmp_path))
+    assert table.metadata().configuration == TABLE_PROPERTIES
+    assert len(table.file_uris()) < APPENDED_FILES_MAX
+    assert sorted(table.to_pyarrow_table().to_pylist(), key=lambda r: r["n"]) == [
+        {"n": n, "name": f"file-{n}"} for n in range(25)
+    ]
+    operations = [h["operation"] for h in table.history()]
+    assert operations.count("OPTIMIZE") == 2
+    assert (tmp_path / "_delta_log" / "_last_checkpoint").exists()
+    last = json.loads((tmp_path / "_delta_log" / "_last_checkpoint").read_text())["version"]
+    assert table.version() - last < 10
+
+
+def test_created_tables_carry_the_properties(tmp_path: Path) -> None:
+    schema = StructType([StructField("a", LongType())])
+    ensure_table(tmp_path, schema, [])
+    assert DeltaTable(str(tmp_path)).metadata().configuration == TABLE_PROPERTIES
+
+
+def test_optimize_gives_older_tables_the_properties_and_keeps_their_own(tmp_path: Path) -> None:
+    older, tuned = tmp_path / "older", tmp_path / "tuned"
+    write_deltalake(str(older), pa.table({"a": [1]}))
+    write_deltalake(
+        str(tuned), pa.table({"a": [1]}), configuration={"delta.checkpointInterval": "5"}
+    )
+    for path in (older, tuned, tmp_path / "absent"):
+        add_table_properties(path)
+    assert DeltaTable(str(older)).metadata().configuration == TABLE_PROPERTIES
+    assert DeltaTable(str(tuned)).metadata().configuration == {"delta.checkpointInterval": "5"}
+    assert DeltaTable(str(tuned)).version() == 0  # nothing to add: no commit
