@@ -43,6 +43,7 @@ from cdc_tools.bench.cycle import (
     write_landing,
 )
 
+BENCHMARK = "cdc_tools.bench.long_run"
 START = datetime(2026, 11, 1, tzinfo=UTC)
 BLOCK = 10  # runs per printed line
 
@@ -198,8 +199,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             flush=True,
         )
     report = {
-        "command": " ".join(["python -m cdc_tools.bench.long_run", *argv]),
-        "started": started.isoformat(timespec="seconds"),
+        "benchmark": BENCHMARK,
+        "command": " ".join([f"python -m {BENCHMARK}", *argv]),
+        "started_at": started.isoformat(timespec="seconds"),
         "load_before": load_before,
         "runs": args.runs,
         "changes": args.changes,

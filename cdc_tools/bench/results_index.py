@@ -47,7 +47,8 @@ measured, and why, is in the [performance log](../../docs/performance-log.md).
 
 Adding a result: `cdc bench` writes `bench-results/latest.json` (and `latest.png`),
 `cdc bench-cycle` `bench-results/cycle/latest.json` (and `latest.png`), and
-`python -m cdc_tools.bench.auto_cdc` `bench-results/auto-cdc-cycle/latest.json`. Copy the file
+`python -m cdc_tools.bench.auto_cdc` `bench-results/auto-cdc-cycle/latest.json`, and
+`python -m cdc_tools.bench.long_run` the file given to `--output`. Copy the file
 here as `<date>-<kind>[-<what>].json`, the date the JSON records (`created` or `started_at`;
 the day of the run when it records none) and a word or two for what the run compared
 (`2026-11-28-bench-connect-one-task-1.json`), its plot as the same name's `.png`, run
@@ -68,20 +69,25 @@ def recorded_date(result: dict[str, Any]) -> str | None:
     if "created" in result:  # 20261128T164746Z
         stamp = str(result["created"])
         return f"{stamp[:4]}-{stamp[4:6]}-{stamp[6:8]}"
-    if "started_at" in result:  # 2026-11-28T15:41:25.794473+00:00
+    if "started_at" in result:  # 2026-11-28T15:41:25.794473+00:00 (bench-cycle, long_run)
         return str(result["started_at"])[:10]
     return None
 
 
 def kind(result: dict[str, Any]) -> str:
-    """Which tool wrote the result: bench, bench-cycle or auto-cdc."""
+    """Which tool wrote the result: bench, bench-cycle, auto-cdc or long-run."""
     if "cases" in result:
         return "bench"
     if result.get("benchmark") == "cdc bench-cycle":
         return "bench-cycle"
     if "incremental_run_seconds" in result:
         return "auto-cdc"
-    raise ValueError("not a result of cdc bench, cdc bench-cycle or cdc_tools.bench.auto_cdc")
+    if result.get("benchmark") == "cdc_tools.bench.long_run":
+        return "long-run"
+    raise ValueError(
+        "not a result of cdc bench, cdc bench-cycle, cdc_tools.bench.auto_cdc or "
+        "cdc_tools.bench.long_run"
+    )
 
 
 def seconds(value: float) -> str:
@@ -171,6 +177,17 @@ def auto_cdc_figures(result: dict[str, Any]) -> str:
     )
 
 
+def long_run_figures(result: dict[str, Any]) -> str:
+    """The table, the runs, and the first and last block's step seconds and client CPU."""
+    blocks = [result["blocks"][0], result["blocks"][-1]]
+    return f"{tables(1, result['changes'])}, {result['runs']} runs one after another; " + "; ".join(
+        f"runs {b['runs']}: stage {seconds(b['stage_wall'])} "
+        f"(client {b['stage_client_cpu']:.3f} CPU-s), overwrite_final "
+        f"{seconds(b['overwrite_final_wall'])} (client {b['overwrite_final_client_cpu']:.3f} CPU-s)"
+        for b in blocks
+    )
+
+
 def line(path: Path, result: dict[str, Any]) -> str:
     """The index's row of one result file."""
     found = kind(result)
@@ -178,6 +195,8 @@ def line(path: Path, result: dict[str, Any]) -> str:
         mode, figures = bench_mode(result), bench_figures(result)
     elif found == "bench-cycle":
         mode, figures = cycle_mode(result), cycle_figures(result)
+    elif found == "long-run":
+        mode, figures = "connect", long_run_figures(result)
     else:
         mode, figures = "connect", auto_cdc_figures(result)
     link = f"[{path.name}]({path.name})"
