@@ -308,10 +308,14 @@ def append_arrow(path: Location, rows: pa.Table) -> None:
     """
     if not rows.num_rows:
         return
-    write_deltalake(
-        str(path), rows, mode="append", schema_mode="merge", configuration=TABLE_PROPERTIES
-    )
     table = open_table(path)
-    if table is not None and len(table.file_uris()) >= APPENDED_FILES_MAX:
+    if table is None:
+        write_deltalake(
+            str(path), rows, mode="append", schema_mode="merge", configuration=TABLE_PROPERTIES
+        )
+        return
+    # Written through the loaded table: no second load, and `table` then holds the new version.
+    write_deltalake(table, rows, mode="append", schema_mode="merge")
+    if len(table.file_uris()) >= APPENDED_FILES_MAX:
         with contextlib.suppress(CommitFailedError):
             table.optimize.compact()
