@@ -2,6 +2,7 @@
 
     python -m cdc_tools.bench.long_run --runs 100
     python -m cdc_tools.bench.long_run --runs 100 --output benchmarks/results/long-run.json
+    python -m cdc_tools.bench.long_run --runs 20 --ledger-rows 35040   # a year in
 
 A table on a 15-minute schedule runs 96 times a day before its daily optimize: every run adds a
 commit to the logs of its staging, final, ledger and applied tables, a file to the ledger and
@@ -13,6 +14,12 @@ final table against every change landed so far after each run. It records each s
 seconds and this process's CPU seconds (the client's side: delta-rs log reads, the ledger,
 planning) and the server's CPU per run, prints the means of every ten runs, and writes every
 run to `--output` with the machine's load before.
+
+The ledger and applied gain a row per file version for ever: `--ledger-rows N` starts the table
+a year in (35,040 runs of `*/15`), its ledger and applied holding N applied versions of earlier
+hours as one file each (as its optimize leaves them). Each run also times the no-op check an
+Airflow task makes before its step (`interval_has_work`: the listing, the ledger, applied;
+client CPU only, once per run where tasks make it twice).
 """
 
 from __future__ import annotations
@@ -86,8 +93,56 @@ def timed(step: Callable[[], Any], server_pgid: int | None) -> StepTimes:
     return StepTimes(round(wall, 3), round(cpu, 3), round(server, 2))
 
 
+def seed_ledger(paths: Any, versions: int) -> None:
+    """`versions` staged and applied file versions, one an hour before START, in one file each of
+    the ledger and applied (their landing files and staged rows long since reset)."""
+    import pyarrow as pa
+
+    from spark_jobs import delta
+    from spark_jobs.landing import LEDGER_SCHEMA
+    from spark_jobs.overwrite.applied import APPLIED_SCHEMA
+
+    hours = [START - timedelta(hours=versions - i) for i in range(versions)]
+    ledger = [
+        {
+            "batch": hour.strftime("%Y%m%d%H"),
+            "file": "part-00000.csv",
+            "rows_staged": 300,
+            "rows_quarantined": 0,
+            "staged_at": hour + timedelta(minutes=61),
+            "run_id": f"seed-{i}",
+            "size": 40_000,
+            "mtime_ns": int((hour + timedelta(minutes=60)).timestamp()) * 10**9,
+            "sha256": f"{i:064x}",
+            "refused": None,
+            "newest_change": hour + timedelta(minutes=59),
+        }
+        for i, hour in enumerate(hours)
+    ]
+    applied = [
+        {
+            "batch": row["batch"],
+            "file": row["file"],
+            "rows": 300,
+            "landed_mtime_ns": row["mtime_ns"],
+            "applied_at": hour + timedelta(minutes=62),
+            "run_id": row["run_id"],
+            "final_version": i,
+        }
+        for i, (hour, row) in enumerate(zip(hours, ledger, strict=True))
+    ]
+    delta.append_arrow(paths.ledger, pa.Table.from_pylist(ledger, LEDGER_SCHEMA))
+    delta.append_arrow(paths.applied, pa.Table.from_pylist(applied, APPLIED_SCHEMA))
+
+
 def run_steps(
-    url: str, server_pgid: int | None, table_index: int, runs: int, changes: int, work: Path
+    url: str,
+    server_pgid: int | None,
+    table_index: int,
+    runs: int,
+    changes: int,
+    work: Path,
+    ledger_rows: int = 0,
 ) -> list[dict[str, Any]]:
     """`runs` consecutive hours of one table through stage and overwrite_final at `url` (whose
     process group is `server_pgid`, when known); every run's times. Raises when the final table
@@ -99,6 +154,7 @@ def run_steps(
     from spark_jobs.runtime.context import StepContext
     from spark_jobs.runtime.session import build_connect_session
     from spark_jobs.stage import run_stage
+    from spark_jobs.status.pending_work import interval_has_work
 
     shape = BenchTable.without_rows(table_index)
     config_file = work / "tables.yaml"
@@ -106,6 +162,8 @@ def run_steps(
     config = load_table_configs(config_file).tables[shape.name]
     landing, warehouse = work / "landing", work / "warehouse"
     paths = TablePaths(shape.name, landing, warehouse)
+    if ledger_rows:
+        seed_ledger(paths, ledger_rows)
     landed: tuple[dict[str, Any], ...] = ()
     results = []
     for run in range(runs):
@@ -114,7 +172,7 @@ def run_steps(
         write_landing(table, landing, hour, part=run)
         landed += table.rows
         interval = Interval(hour, hour + timedelta(hours=1))
-        times = {}
+        times = {"has_work": timed(partial(interval_has_work, paths, config, interval), None)}
         for name, step in (("stage", run_stage), ("overwrite_final", run_overwrite_final)):
             spark = build_connect_session(url, f"long-run-{name}")
             try:
@@ -138,6 +196,10 @@ def blocks(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
         for step in ("stage", "overwrite_final"):
             for figure in ("wall", "client_cpu", "server_cpu"):
                 row[f"{step}_{figure}"] = round(statistics.mean(r[step][figure] for r in part), 3)
+        if all("has_work" in r for r in part):
+            row["has_work_client_cpu"] = round(
+                statistics.mean(r["has_work"]["client_cpu"] for r in part), 3
+            )
         out.append(row)
     return out
 
@@ -168,6 +230,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--table", type=int, default=0, help="bench-cycle's table index (0: partitioned)"
     )
     parser.add_argument("--remote", help="a running Connect server (sc://host:port)")
+    parser.add_argument(
+        "--ledger-rows",
+        type=int,
+        default=0,
+        help="start a year in: the ledger and applied hold this many earlier versions (0)",
+    )
     parser.add_argument("--output", type=Path, help="write the figures here as JSON")
     argv = list(argv) if argv is not None else sys.argv[1:]
     args = parser.parse_args(argv)
@@ -182,7 +250,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         url, server_pgid = server.url, os.getpgid(server.pid)
     work = Path(tempfile.mkdtemp(prefix="cdc-long-run-"))
     try:
-        results = run_steps(url, server_pgid, args.table, args.runs, args.changes, work)
+        results = run_steps(
+            url, server_pgid, args.table, args.runs, args.changes, work, args.ledger_rows
+        )
         logs = table_logs(work, args.table)
     finally:
         if server is not None:
@@ -195,7 +265,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             f"(client {row['stage_client_cpu']:.3f}, server {row['stage_server_cpu']:.2f} CPU-s)"
             f" | overwrite_final {row['overwrite_final_wall']:.3f} s "
             f"(client {row['overwrite_final_client_cpu']:.3f}, "
-            f"server {row['overwrite_final_server_cpu']:.2f} CPU-s)",
+            f"server {row['overwrite_final_server_cpu']:.2f} CPU-s)"
+            + (
+                f" | no-op check client {row['has_work_client_cpu']:.3f} CPU-s"
+                if "has_work_client_cpu" in row
+                else ""
+            ),
             flush=True,
         )
     report = {
@@ -205,6 +280,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "load_before": load_before,
         "runs": args.runs,
         "changes": args.changes,
+        "ledger_rows": args.ledger_rows,
         "table": BenchTable.without_rows(args.table).kind,
         "tables_exact_after_every_run": True,
         "blocks": summary,

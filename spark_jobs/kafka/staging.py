@@ -265,10 +265,10 @@ def recover_unrecorded(
     staged = staged_offsets(staging, table.topic, partitions)
     if not staged:
         return
-    ledger = landing.read_ledger(delta.arrow_table_rows(paths.ledger))
+    ledger = landing.read_ledger(delta.arrow_table(paths.ledger)).idents()
     ends: dict[int, set[int]] = {}
-    for entry in ledger.values():
-        recorded = range_of_file(entry.file)
+    for _, file in ledger:
+        recorded = range_of_file(file)
         if recorded is not None:
             ends.setdefault(recorded.partition, set()).add(recorded.end)
     missing = {p for p, offset in staged.items() if offset not in ends.get(p, set())}

@@ -11,6 +11,7 @@ reported), `versions` (a landed file, its re-staged versions and their arrival i
 from spark_jobs.landing.ledger import (
     LEDGER_SCHEMA,
     FilePlan,
+    Ledger,
     LedgerEntry,
     has_changed,
     ledger_row,
@@ -38,6 +39,7 @@ __all__ = [
     "SYMLINK_REASON",
     "FilePlan",
     "LandingFile",
+    "Ledger",
     "LedgerEntry",
     "Listing",
     "ParquetPlan",

@@ -7,12 +7,13 @@ from __future__ import annotations
 import hashlib
 import os
 import zlib
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from cdc_pipeline.errors import UsageError
 from cdc_pipeline.paths import Location, TablePaths
@@ -85,10 +86,7 @@ def unknown_files(
 
 
 def unknown_before(
-    paths: TablePaths,
-    before: datetime,
-    file_format: str,
-    ledger: dict[tuple[str, str], LedgerEntry],
+    paths: TablePaths, before: datetime, file_format: str, ledger: Ledger
 ) -> list[LandingFile]:
     """The change files the ledger does not know (by size and mtime) in every hour folder that
     starts before `before`: landed outside the late-arrival window, reported, never staged.
@@ -102,33 +100,28 @@ def unknown_before(
     found_root = store.info(root)
     if found_root is None or found_root.is_link or not found_root.is_dir:
         return []
-    seen: dict[str, int] = {}
-    for known in ledger.values():
-        if known.staged_at is not None:
-            stamp = int(known.staged_at.timestamp() * 1e9)
-            seen[known.batch] = max(seen.get(known.batch, 0), stamp)
-    versions = _versions_by_name(ledger)
     extensions = EXTENSIONS[file_format]
-    found = []
-    for batch, relative_folder, files in hour_files_before(store, root, before, seen):
-        for entry in files:
-            if (
-                not entry.is_file()
-                or entry.name.startswith((".", "_"))
-                or not entry.name.lower().endswith(extensions)
-                or is_reserved_name(entry.name)
-            ):
-                continue
-            listed = LandingFile(
+    listed = []
+    for batch, relative_folder, files in hour_files_before(
+        store, root, before, ledger.newest_staged_ns()
+    ):
+        listed += [
+            LandingFile(
                 batch,
                 entry.location,
                 f"{relative_folder}/{entry.name}",
                 entry.size,
                 entry.mtime_ns or 0,
             )
-            if not is_known(listed, versions):
-                found.append(listed)
-    return found
+            for entry in files
+            if entry.is_file()
+            and not entry.name.startswith((".", "_"))
+            and entry.name.lower().endswith(extensions)
+            and not is_reserved_name(entry.name)
+        ]
+    if not listed:
+        return []
+    return unknown_files(listed, ledger.entries({f.batch for f in listed}))
 
 
 class ChangingFileError(OSError):
@@ -288,34 +281,140 @@ class LedgerEntry:
         return self.refused == SYMLINK_REASON
 
 
-def read_ledger(rows: Sequence[dict[str, Any]]) -> dict[tuple[str, str], LedgerEntry]:
-    """(batch, arrival identity) -> its latest ledger row; rows of older ledgers lack the content
-    columns and read as unknown content."""
-    latest: dict[tuple[str, str], LedgerEntry] = {}
-    for row in rows:
-        entry = LedgerEntry(
+# The columns of a file version's latest row; older ledgers lack the content columns.
+_ENTRY_COLUMNS = (
+    "batch",
+    "file",
+    "size",
+    "mtime_ns",
+    "sha256",
+    "refused",
+    "staged_at",
+    "rows_staged",
+    "newest_change",
+)
+_ENTRY_SCHEMA = pa.schema([LEDGER_SCHEMA.field(name) for name in _ENTRY_COLUMNS])
+
+
+@dataclass(frozen=True)
+class Ledger:
+    """The ledger's latest row per file version (batch, arrival identity), kept as Arrow columns.
+
+    The ledger gains a row per file version and run, for ever: a year of `*/15` runs is 35,000
+    rows, and turning each into Python objects took 20 us a row, several times a table-run (the
+    no-op checks, stage, overwrite-final). Only the rows a run asks for become `LedgerEntry`s:
+    those of the hours it lists (`entries`), those final has not applied
+    (`overwrite.applied.pending_files`, an anti-join of the columns)."""
+
+    latest: pa.Table  # _ENTRY_SCHEMA, one row per (batch, file)
+
+    def __len__(self) -> int:
+        return self.latest.num_rows
+
+    def entries(self, batches: Iterable[str] | None = None) -> dict[tuple[str, str], LedgerEntry]:
+        """(batch, arrival identity) -> latest row, of the given hour batches (None: all)."""
+        table = self.latest
+        if batches is not None:
+            wanted = pa.array(sorted(set(batches)), pa.string())
+            table = table.filter(pc.is_in(table["batch"], value_set=wanted))
+        return {(e.batch, e.file): e for e in _as_entries(table)}
+
+    def idents(self) -> set[tuple[str, str]]:
+        """(batch, arrival identity) of every version (two string columns, no other object)."""
+        columns = self.latest.select(["batch", "file"]).to_pydict()
+        return set(zip(columns["batch"], columns["file"], strict=True))
+
+    def unrefused_batches(self) -> set[str]:
+        """The hour batches with a version not refused."""
+        table = self.latest.filter(pc.is_null(self.latest["refused"]))
+        return set(pc.unique(table["batch"]).to_pylist())
+
+    def newest_staged_ns(self) -> dict[str, int]:
+        """Per hour batch, the newest `staged_at` of its rows (epoch nanoseconds)."""
+        rows = self.latest.filter(pc.is_valid(self.latest["staged_at"]))
+        newest = rows.group_by("batch").aggregate([("staged_at", "max")])
+        stamps = pc.cast(newest["staged_at_max"], pa.int64()).to_pylist()  # microseconds
+        return {b: us * 1000 for b, us in zip(newest["batch"].to_pylist(), stamps, strict=True)}
+
+    def staged(self, *, whole_extracts: bool = False) -> pa.Table:
+        """Versions with rows in staging (`whole_extracts`: every version not refused, an empty
+        extract too)."""
+        mask = pc.is_null(self.latest["refused"])
+        if not whole_extracts:
+            mask = pc.and_(mask, pc.greater(self.latest["rows_staged"], 0))
+        return self.latest.filter(mask)
+
+    def newest_change(self, applied: pa.Table) -> datetime | None:
+        """The newest change time among the versions `applied` (batch, file) holds."""
+        done = self.latest.join(_keys(applied), ["batch", "file"], join_type="left semi")
+        newest = pc.max(done["newest_change"]).as_py()
+        return newest if isinstance(newest, datetime) else None
+
+
+def _keys(table: pa.Table) -> pa.Table:
+    """(batch, file) of a ledger-like table, each once."""
+    return table.select(["batch", "file"]).group_by(["batch", "file"]).aggregate([])
+
+
+def _as_entries(table: pa.Table) -> list[LedgerEntry]:
+    return [
+        LedgerEntry(
             row["batch"],
             row["file"],
-            row.get("size"),
-            row.get("mtime_ns"),
-            row.get("sha256"),
-            row.get("refused"),
-            row.get("staged_at"),
-            int(row.get("rows_staged") or 0),
-            row.get("newest_change"),
+            row["size"],
+            row["mtime_ns"],
+            row["sha256"],
+            row["refused"],
+            row["staged_at"],
+            int(row["rows_staged"] or 0),
+            row["newest_change"],
         )
-        key = (entry.batch, entry.file)
-        known = latest.get(key)
-        staged = max(entry.rows_staged, known.rows_staged if known else 0)
-        newest = max(
-            (t for t in (entry.newest_change, known.newest_change if known else None) if t),
-            default=None,
-        )
-        if known is None or (entry.staged_at or _EPOCH) >= (known.staged_at or _EPOCH):
-            latest[key] = replace(entry, rows_staged=staged, newest_change=newest)
+        for row in table.to_pylist()
+    ]
+
+
+def read_ledger(rows: pa.Table | None) -> Ledger:
+    """The latest row per (batch, arrival identity), by `staged_at` (a later row of the same time
+    wins), with the most rows any of its rows says were staged and the newest change any
+    recorded; rows of older ledgers lack the content columns and read as unknown content."""
+    if rows is None or rows.num_rows == 0:
+        return Ledger(_ENTRY_SCHEMA.empty_table())
+    columns = []
+    for field_ in _ENTRY_SCHEMA:
+        if field_.name in rows.column_names:
+            columns.append(pc.cast(rows[field_.name], field_.type))
         else:
-            latest[key] = replace(known, rows_staged=staged, newest_change=newest)
-    return latest
+            columns.append(pa.nulls(rows.num_rows, field_.type))
+    table = pa.table(columns, schema=_ENTRY_SCHEMA)
+    table = table.set_column(
+        _ENTRY_COLUMNS.index("rows_staged"),
+        "rows_staged",
+        pc.fill_null(table["rows_staged"], 0),
+    )
+    epoch = pa.scalar(_EPOCH, LEDGER_SCHEMA.field("staged_at").type)
+    order = table.append_column("_staged", pc.fill_null(table["staged_at"], epoch))
+    order = order.append_column("_row", pa.array(range(table.num_rows), pa.int64()))
+    order = order.sort_by(
+        [
+            ("batch", "ascending"),
+            ("file", "ascending"),
+            ("_staged", "ascending"),
+            ("_row", "ascending"),
+        ]
+    )
+    keep_nulls = pc.ScalarAggregateOptions(skip_nulls=False)
+    kept = [c for c in _ENTRY_COLUMNS[2:] if c not in ("rows_staged", "newest_change")]
+    grouped = order.group_by(["batch", "file"], use_threads=False).aggregate(
+        [(c, "last", keep_nulls) for c in kept] + [("rows_staged", "max"), ("newest_change", "max")]
+    )
+    named = {
+        "batch": grouped["batch"],
+        "file": grouped["file"],
+        **{c: grouped[f"{c}_last"] for c in kept},
+        "rows_staged": grouped["rows_staged_max"],
+        "newest_change": grouped["newest_change_max"],
+    }
+    return Ledger(pa.table([named[c] for c in _ENTRY_COLUMNS], schema=_ENTRY_SCHEMA))
 
 
 @dataclass

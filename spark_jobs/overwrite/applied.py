@@ -13,16 +13,16 @@ applied the same file both mark it, harmlessly.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from cdc_pipeline.paths import TablePaths
 from spark_jobs import delta
-from spark_jobs.landing import LedgerEntry, read_ledger
+from spark_jobs.landing import Ledger, LedgerEntry, read_ledger
 
 APPLIED_SCHEMA = pa.schema(
     [
@@ -62,28 +62,32 @@ class Pending:
         return sum(f.rows_staged for f in self.files)
 
 
-def applied_idents(paths: TablePaths) -> set[tuple[str, str]]:
-    """(batch, file) of every file version final has applied."""
-    rows = delta.arrow_table_rows(paths.applied, ["batch", "file"])
-    return {(r["batch"], r["file"]) for r in rows}
+def applied_keys(paths: TablePaths) -> pa.Table:
+    """(batch, file) of every mark, as Arrow columns (a version two runs marked appears twice)."""
+    keys = delta.arrow_table(paths.applied, ["batch", "file"])
+    return keys if keys is not None else APPLIED_SCHEMA.empty_table().select(["batch", "file"])
 
 
-def pending_files(paths: TablePaths, *, whole_extracts: bool = False) -> Pending:
+def pending_files(
+    paths: TablePaths, *, whole_extracts: bool = False, ledger: Ledger | None = None
+) -> Pending:
     """Staged file versions not applied yet (read the ledger before staging's snapshot: staging
     is committed before the ledger, so every version listed here has its rows there).
 
-    A full-extract table also counts versions that staged no row (an empty extract deletes)."""
-    ledger = read_ledger(delta.arrow_table_rows(paths.ledger))
-    done = applied_idents(paths)
-    staged = [
-        entry
-        for entry in ledger.values()
-        if entry.is_staged or (whole_extracts and entry.refused is None)
-    ]
-    pending = [entry for entry in staged if entry.ident not in done]
-    batches = {entry.batch for entry in pending}
-    whole = not any(e.ident in done for e in staged if e.batch in batches)
-    return Pending(tuple(sorted(pending, key=lambda e: e.ident)), whole)
+    A full-extract table also counts versions that staged no row (an empty extract deletes).
+    Compared as Arrow columns: only the pending versions become Python objects."""
+    if ledger is None:
+        ledger = read_ledger(delta.arrow_table(paths.ledger))
+    staged = ledger.staged(whole_extracts=whole_extracts)
+    done = applied_keys(paths)
+    pending = staged.join(done, ["batch", "file"], join_type="left anti")
+    if pending.num_rows == 0:
+        return Pending(())
+    batches = pc.unique(pending["batch"])
+    in_batches = staged.filter(pc.is_in(staged["batch"], value_set=batches))
+    whole = in_batches.join(done, ["batch", "file"], join_type="left semi").num_rows == 0
+    entries = Ledger(pending).entries()
+    return Pending(tuple(entries[ident] for ident in sorted(entries)), whole)
 
 
 def mark_applied(
@@ -108,6 +112,12 @@ def mark_applied(
     delta.append_arrow(paths.applied, pa.Table.from_pylist(rows, APPLIED_SCHEMA))
 
 
-def applied_rows(paths: TablePaths) -> Sequence[dict[str, Any]]:
-    """Every mark (a small metadata table)."""
-    return delta.arrow_table_rows(paths.applied)
+def applied_marks(paths: TablePaths) -> pa.Table:
+    """Every mark, as Arrow columns (empty when final applied nothing yet)."""
+    marks = delta.arrow_table(paths.applied)
+    return marks if marks is not None else APPLIED_SCHEMA.empty_table()
+
+
+def distinct_versions(marks: pa.Table) -> int:
+    """The file versions the marks name (a version two runs applied counts once)."""
+    return marks.select(["batch", "file"]).group_by(["batch", "file"]).aggregate([]).num_rows

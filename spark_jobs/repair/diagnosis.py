@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import pyarrow.compute as pc
+
 from cdc_pipeline.config import TableConfig
 from cdc_pipeline.errors import REPAIRABLE_TABLES, TableDamagedError
 from cdc_pipeline.paths import Location, TablePaths
@@ -132,15 +134,17 @@ def diagnose(table: TableConfig, paths: TablePaths) -> Diagnosis:
     diagnosis = Diagnosis(table, opened)
     if diagnosis.blocking:
         return diagnosis  # nothing is counted from a table that cannot be read
-    ledger = [e for e in read_ledger(delta.arrow_table_rows(paths.ledger)).values() if e.is_staged]
+    ledger = read_ledger(delta.arrow_table(paths.ledger))
+    staged = ledger.staged()
     pending = None
     if opened["applied"].damage is None:
-        pending = len(pending_files(paths, whole_extracts=table.change_format == "snapshot").files)
+        extracts = table.change_format == "snapshot"
+        pending = len(pending_files(paths, whole_extracts=extracts, ledger=ledger).files)
     return Diagnosis(
         table,
         opened,
-        staged_files=len(ledger),
-        staged_rows=sum(e.rows_staged for e in ledger),
+        staged_files=staged.num_rows,
+        staged_rows=pc.sum(staged["rows_staged"]).as_py() or 0,
         staging_rows=delta.load_snapshot(paths.staging).num_records,
         remembered=delta.load_snapshot(paths.tombstones).num_records,
         pending=pending,

@@ -28,7 +28,7 @@ class StagePlan:
     changed while read) makes a new plan with `replace`."""
 
     listing: landing.Listing
-    ledger: dict[tuple[str, str], landing.LedgerEntry]
+    ledger: dict[tuple[str, str], landing.LedgerEntry]  # the listed hours' versions
     files: landing.FilePlan
     staging: delta.Snapshot
     pending: list[LandingFile]
@@ -76,18 +76,21 @@ def plan_stage(context: StepContext, interval: Interval) -> StagePlan:
         interval, table.late_arrival_window.delta, whole_extracts=is_snapshot
     )
     listing = landing.list_landing(paths, window, table.file_format)
-    ledger = landing.read_ledger(delta.arrow_table_rows(paths.ledger))
+    whole_ledger = landing.read_ledger(delta.arrow_table(paths.ledger))
+    # Only the listed hours' versions become objects (a year of runs is 35,000 rows).
+    listed = {f.batch for f in listing.files} | {link.batch for link in listing.links}
+    ledger = whole_ledger.entries(listed | {h.batch_id for h in window.hours()})
     files = landing.plan_files(listing, ledger)
     outside: list[LandingFile] = []
     if not is_snapshot:
-        outside = landing.unknown_before(paths, window.start, table.file_format, ledger)
+        outside = landing.unknown_before(paths, window.start, table.file_format, whole_ledger)
     pending, refusals = files.pending, list(files.refusals)
     staging = delta.load_snapshot(paths.staging)
     snapshot_batch = None
     if is_snapshot:
         check_extract_files(table, interval, files.changed_versions, refusals)
     if pending and is_snapshot:
-        batch_ledger = {e.batch for e in ledger.values() if e.refused is None}
+        batch_ledger = whole_ledger.unrefused_batches()
         snapshot_batch = extracts.check_order(
             context, interval, [f.batch for f in pending], batch_ledger, staging
         )

@@ -14,6 +14,8 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
+import pyarrow.compute as pc
+
 from cdc_pipeline.config import TableConfig
 from cdc_pipeline.intervals import HOUR, Interval, format_timestamp
 from cdc_pipeline.paths import TablePaths
@@ -197,11 +199,11 @@ def data_freshness(
     window = landing.listing_interval(
         Interval(end - HOUR, end), table.late_arrival_window.delta, whole_extracts=is_extract
     )
-    ledger = landing.read_ledger(delta.arrow_table_rows(paths.ledger))
+    ledger = landing.read_ledger(delta.arrow_table(paths.ledger))
     listed = landing.list_landing(paths, window, table.file_format).files
-    not_staged = landing.unknown_files(listed, ledger)
+    not_staged = landing.unknown_files(listed, ledger.entries({f.batch for f in listed}))
     outside = landing.unknown_before(paths, window.start, table.file_format, ledger)
-    pending = applied.pending_files(paths, whole_extracts=is_extract)
+    pending = applied.pending_files(paths, whole_extracts=is_extract, ledger=ledger)
     waiting = [f.mtime_ns for f in not_staged] + [
         e.mtime_ns for e in pending.files if e.mtime_ns is not None
     ]
@@ -209,16 +211,14 @@ def data_freshness(
         change_bound(e.batch, e.mtime_ns) for e in pending.files
     ]
     changes_waiting = [b for b in bounds if b is not None]
-    marks = applied.applied_rows(paths)
-    landed = [int(r["landed_mtime_ns"]) for r in marks if r.get("landed_mtime_ns") is not None]
-    done = {(r["batch"], r["file"]) for r in marks}
-    changes = [e.newest_change for i, e in ledger.items() if i in done and e.newest_change]
+    marks = applied.applied_marks(paths)
+    landed = pc.max(marks["landed_mtime_ns"]).as_py()
     return DataFreshness(
         table=table.name,
         measured_at=now,
-        newest_change=max(changes) if changes else None,
-        newest_applied_file=_from_ns(max(landed)) if landed else None,
-        files_applied=len({(r["batch"], r["file"]) for r in marks}),
+        newest_change=ledger.newest_change(marks),
+        newest_applied_file=_from_ns(landed) if landed is not None else None,
+        files_applied=applied.distinct_versions(marks),
         files_waiting=len(not_staged) + len(pending.files),
         oldest_waiting=_from_ns(min(waiting)) if waiting else None,
         oldest_change_waiting=min(changes_waiting) if changes_waiting else None,
@@ -238,20 +238,18 @@ def _kafka_freshness(
     waits (its topic's unstaged messages, then the staged ranges not applied)."""
     from spark_jobs.kafka.lag import topic_lag
 
-    ledger = landing.read_ledger(delta.arrow_table_rows(paths.ledger))
-    pending = applied.pending_files(paths)
-    marks = applied.applied_rows(paths)
-    done = {(r["batch"], r["file"]) for r in marks}
-    changes = [e.newest_change for i, e in ledger.items() if i in done and e.newest_change]
+    ledger = landing.read_ledger(delta.arrow_table(paths.ledger))
+    pending = applied.pending_files(paths, ledger=ledger)
+    marks = applied.applied_marks(paths)
     lag = topic_lag(table, paths, properties)
     staged_waiting = [e.staged_at for e in pending.files if e.staged_at is not None]
     oldest = [t for t in [lag.oldest_waiting, *staged_waiting] if t is not None]
     return DataFreshness(
         table=table.name,
         measured_at=now,
-        newest_change=max(changes) if changes else None,
+        newest_change=ledger.newest_change(marks),
         newest_applied_file=None,
-        files_applied=len(done),
+        files_applied=applied.distinct_versions(marks),
         files_waiting=len(pending.files),
         oldest_waiting=min(oldest) if oldest else None,
         oldest_change_waiting=min(oldest) if oldest else None,

@@ -32,12 +32,11 @@ def interval_has_work(paths: TablePaths, table: TableConfig, interval: Interval)
     listing = list_landing(paths, window, table.file_format)
     if listing.links:
         return True
-    ledger = read_ledger(delta.arrow_table_rows(paths.ledger))
-    if unknown_files(listing.files, ledger):
+    ledger = read_ledger(delta.arrow_table(paths.ledger))
+    if unknown_files(listing.files, ledger.entries({f.batch for f in listing.files})):
         return True
-    return bool(
-        applied.pending_files(paths, whole_extracts=table.change_format == "snapshot").files
-    )
+    whole_extracts = table.change_format == "snapshot"
+    return bool(applied.pending_files(paths, whole_extracts=whole_extracts, ledger=ledger).files)
 
 
 def files_outside_window(paths: TablePaths, table: TableConfig, interval: Interval) -> int:
@@ -50,5 +49,5 @@ def files_outside_window(paths: TablePaths, table: TableConfig, interval: Interv
     window = listing_interval(
         interval, table.late_arrival_window.delta, whole_extracts=table.change_format == "snapshot"
     )
-    ledger = read_ledger(delta.arrow_table_rows(paths.ledger))
+    ledger = read_ledger(delta.arrow_table(paths.ledger))
     return len(unknown_before(paths, window.start, table.file_format, ledger))

@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import json
 from datetime import UTC, datetime, timedelta
-from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
 
 from cdc_pipeline.columns import CHECK_FILE
 from cdc_pipeline.config import TableConfig
@@ -42,17 +44,18 @@ def check_breaches(paths: TablePaths) -> tuple[str, ...]:
         return (f"the check result {path} is unreadable ({error})",)
 
 
-def last_quarantine_fraction(ledger_rows: list[dict[str, Any]]) -> float | None:
-    """The share of rows the newest stage run quarantined (None: no run read any row)."""
-    runs: dict[str, list[dict[str, Any]]] = {}
-    for row in ledger_rows:
-        runs.setdefault(str(row.get("run_id")), []).append(row)
-    if not runs:
+def last_quarantine_fraction(ledger: pa.Table | None) -> float | None:
+    """The share of rows the newest stage run (the run of the newest ledger row) quarantined
+    (None: no run read any row). Arrow columns: the ledger grows with every run."""
+    if ledger is None or ledger.num_rows == 0 or "run_id" not in ledger.column_names:
         return None
-    oldest = datetime.min.replace(tzinfo=UTC)
-    newest = max(runs.values(), key=lambda rows: max(r.get("staged_at") or oldest for r in rows))
-    good = sum(int(r.get("rows_staged") or 0) for r in newest)
-    bad = sum(int(r.get("rows_quarantined") or 0) for r in newest)
+    newest = pc.max(ledger["staged_at"]).as_py()
+    at = 0 if newest is None else pc.index(ledger["staged_at"], newest).as_py()
+    run = ledger["run_id"][at]
+    same = pc.is_null(ledger["run_id"]) if not run.is_valid else pc.equal(ledger["run_id"], run)
+    rows = ledger.filter(same)
+    good = pc.sum(rows["rows_staged"]).as_py() or 0
+    bad = pc.sum(rows["rows_quarantined"]).as_py() or 0
     return None if good + bad == 0 else bad / (good + bad)
 
 
@@ -66,7 +69,7 @@ def health_facts(
         lag = max(timedelta(0), data.measured_at - data.oldest_change)
     fraction = None
     if unreadable is None:
-        fraction = last_quarantine_fraction(delta.arrow_table_rows(paths.ledger))
+        fraction = last_quarantine_fraction(delta.arrow_table(paths.ledger))
     return HealthFacts(
         period=schedule_period(table.schedule, now),
         freshness=table.freshness.delta if table.freshness else None,
