@@ -142,6 +142,7 @@ def run_steps(
     runs: int,
     changes: int,
     work: Path,
+    *,
     ledger_rows: int = 0,
 ) -> list[dict[str, Any]]:
     """`runs` consecutive hours of one table through stage and overwrite_final at `url` (whose
@@ -222,43 +223,8 @@ def table_logs(work: Path, table_index: int) -> dict[str, dict[str, int]]:
     return out
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m cdc_tools.bench.long_run")
-    parser.add_argument("--runs", type=int, default=100)
-    parser.add_argument("--changes", type=int, default=300, help="changes per run (300)")
-    parser.add_argument(
-        "--table", type=int, default=0, help="bench-cycle's table index (0: partitioned)"
-    )
-    parser.add_argument("--remote", help="a running Connect server (sc://host:port)")
-    parser.add_argument(
-        "--ledger-rows",
-        type=int,
-        default=0,
-        help="start a year in: the ledger and applied hold this many earlier versions (0)",
-    )
-    parser.add_argument("--output", type=Path, help="write the figures here as JSON")
-    argv = list(argv) if argv is not None else sys.argv[1:]
-    args = parser.parse_args(argv)
-    if args.runs < 1:
-        parser.error("--runs must be at least 1")
-    started, load_before = datetime.now(UTC), load_now()
-    server, url, server_pgid = None, args.remote, None
-    if url is None:
-        from cdc_airflow.local import connect_server
-
-        server = connect_server.start(master="local[2]")
-        url, server_pgid = server.url, os.getpgid(server.pid)
-    work = Path(tempfile.mkdtemp(prefix="cdc-long-run-"))
-    try:
-        results = run_steps(
-            url, server_pgid, args.table, args.runs, args.changes, work, args.ledger_rows
-        )
-        logs = table_logs(work, args.table)
-    finally:
-        if server is not None:
-            server.stop()
-        shutil.rmtree(work, ignore_errors=True)
-    summary = blocks(results)
+def print_blocks(summary: list[dict[str, Any]]) -> None:
+    """One line per ten runs: each step's wall, client and server CPU (and the no-op check's)."""
     for row in summary:
         print(
             f"runs {row['runs']:>7}: stage {row['stage_wall']:.3f} s "
@@ -273,6 +239,58 @@ def main(argv: Sequence[str] | None = None) -> int:
             ),
             flush=True,
         )
+
+
+def argument_parser() -> argparse.ArgumentParser:
+    """The tool's options."""
+    parser = argparse.ArgumentParser(prog="python -m cdc_tools.bench.long_run")
+    parser.add_argument("--runs", type=int, default=100)
+    parser.add_argument("--changes", type=int, default=300, help="changes per run (300)")
+    parser.add_argument(
+        "--table", type=int, default=0, help="bench-cycle's table index (0: partitioned)"
+    )
+    parser.add_argument("--remote", help="a running Connect server (sc://host:port)")
+    parser.add_argument(
+        "--ledger-rows",
+        type=int,
+        default=0,
+        help="start a year in: the ledger and applied hold this many earlier versions (0)",
+    )
+    parser.add_argument("--output", type=Path, help="write the figures here as JSON")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argument_parser()
+    argv = list(argv) if argv is not None else sys.argv[1:]
+    args = parser.parse_args(argv)
+    if args.runs < 1:
+        parser.error("--runs must be at least 1")
+    started, load_before = datetime.now(UTC), load_now()
+    server, url, server_pgid = None, args.remote, None
+    if url is None:
+        from cdc_airflow.local import connect_server
+
+        server = connect_server.start(master="local[2]")
+        url, server_pgid = server.url, os.getpgid(server.pid)
+    work = Path(tempfile.mkdtemp(prefix="cdc-long-run-"))
+    try:
+        results = run_steps(
+            url,
+            server_pgid,
+            args.table,
+            args.runs,
+            args.changes,
+            work,
+            ledger_rows=args.ledger_rows,
+        )
+        logs = table_logs(work, args.table)
+    finally:
+        if server is not None:
+            server.stop()
+        shutil.rmtree(work, ignore_errors=True)
+    summary = blocks(results)
+    print_blocks(summary)
     report = {
         "benchmark": BENCHMARK,
         "command": " ".join([f"python -m {BENCHMARK}", *argv]),

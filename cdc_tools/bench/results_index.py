@@ -178,13 +178,25 @@ def auto_cdc_figures(result: dict[str, Any]) -> str:
 
 
 def long_run_figures(result: dict[str, Any]) -> str:
-    """The table, the runs, and the first and last block's step seconds and client CPU."""
+    """The table, the runs (a year in: the ledger's seeded versions), and the first and last
+    block's step seconds and client CPU (and the no-op check's, when measured)."""
     blocks = [result["blocks"][0], result["blocks"][-1]]
-    return f"{tables(1, result['changes'])}, {result['runs']} runs one after another; " + "; ".join(
-        f"runs {b['runs']}: stage {seconds(b['stage_wall'])} "
-        f"(client {b['stage_client_cpu']:.3f} CPU-s), overwrite_final "
-        f"{seconds(b['overwrite_final_wall'])} (client {b['overwrite_final_client_cpu']:.3f} CPU-s)"
-        for b in blocks
+    seeded = result.get("ledger_rows") or 0
+    start = f" after {seeded:,} ledger versions" if seeded else ""
+    return (
+        f"{tables(1, result['changes'])}, {result['runs']} runs one after another{start}; "
+        + "; ".join(
+            f"runs {b['runs']}: stage {seconds(b['stage_wall'])} "
+            f"(client {b['stage_client_cpu']:.3f} CPU-s), overwrite_final "
+            f"{seconds(b['overwrite_final_wall'])} "
+            f"(client {b['overwrite_final_client_cpu']:.3f} CPU-s)"
+            + (
+                f", no-op check client {b['has_work_client_cpu']:.3f} CPU-s"
+                if "has_work_client_cpu" in b
+                else ""
+            )
+            for b in blocks
+        )
     )
 
 

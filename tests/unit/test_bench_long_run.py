@@ -35,3 +35,24 @@ def test_the_results_index_shows_the_first_and_last_block() -> None:
         "(client 0.550 CPU-s), overwrite_final 6.50 s (client 0.550 CPU-s); runs 11-12: stage "
         "11.50 s (client 1.150 CPU-s), overwrite_final 12.50 s (client 1.150 CPU-s)"
     )
+
+
+def test_a_year_in_names_the_seeded_versions_and_the_no_op_check() -> None:
+    runs = [
+        {**_run(n, 1.0), "has_work": {"wall": 0.1, "client_cpu": 0.05, "server_cpu": 0}}
+        for n in (1, 2)
+    ]
+    result = {
+        "benchmark": "cdc_tools.bench.long_run",
+        "runs": 2,
+        "changes": 300,
+        "ledger_rows": 35040,
+        "blocks": blocks(runs),
+    }
+    assert results_index.long_run_figures(result) == (
+        "1 table x 300 changes, 2 runs one after another after 35,040 ledger versions; "
+        "runs 1-2: stage 1.00 s (client 0.100 CPU-s), overwrite_final 2.00 s "
+        "(client 0.100 CPU-s), no-op check client 0.050 CPU-s; runs 1-2: stage 1.00 s "
+        "(client 0.100 CPU-s), overwrite_final 2.00 s (client 0.100 CPU-s), no-op check "
+        "client 0.050 CPU-s"
+    )
