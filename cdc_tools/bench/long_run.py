@@ -17,7 +17,8 @@ run to `--output` with the machine's load before.
 
 The ledger and applied gain a row per file version for ever: `--ledger-rows N` starts the table
 a year in (35,040 runs of `*/15`), its ledger and applied holding N applied versions of earlier
-hours as one file each (as its optimize leaves them). Each run also times the no-op check an
+hours (four an hour) as one file each (as its optimize leaves them), their files in the landing
+zone's hour folders. Each run also times the no-op check an
 Airflow task makes before its step (`interval_has_work`: the listing, the ledger, applied;
 client CPU only, once per run where tasks make it twice).
 """
@@ -93,44 +94,58 @@ def timed(step: Callable[[], Any], server_pgid: int | None) -> StepTimes:
     return StepTimes(round(wall, 3), round(cpu, 3), round(server, 2))
 
 
-def seed_ledger(paths: Any, versions: int) -> None:
-    """`versions` staged and applied file versions, one an hour before START, in one file each of
-    the ledger and applied (their landing files and staged rows long since reset)."""
+SEEDED_PER_HOUR = 4  # one file a run on `*/15`
+
+
+def seed_year(paths: Any, versions: int, file_format: str) -> None:
+    """`versions` staged and applied file versions, four an hour before START, in one file each of
+    the ledger and applied (their staged rows long since reset), and their files in the landing
+    zone, each hour folder's time before its last version was staged (a stage run never opens
+    it again, as a real one that listed it)."""
     import pyarrow as pa
 
+    from cdc_pipeline.intervals import HourBatch
     from spark_jobs import delta
     from spark_jobs.landing import LEDGER_SCHEMA
     from spark_jobs.overwrite.applied import APPLIED_SCHEMA
 
-    hours = [START - timedelta(hours=versions - i) for i in range(versions)]
-    ledger = [
-        {
-            "batch": hour.strftime("%Y%m%d%H"),
-            "file": "part-00000.csv",
-            "rows_staged": 300,
-            "rows_quarantined": 0,
-            "staged_at": hour + timedelta(minutes=61),
-            "run_id": f"seed-{i}",
-            "size": 40_000,
-            "mtime_ns": int((hour + timedelta(minutes=60)).timestamp()) * 10**9,
-            "sha256": f"{i:064x}",
-            "refused": None,
-            "newest_change": hour + timedelta(minutes=59),
-        }
-        for i, hour in enumerate(hours)
-    ]
-    applied = [
-        {
-            "batch": row["batch"],
-            "file": row["file"],
-            "rows": 300,
-            "landed_mtime_ns": row["mtime_ns"],
-            "applied_at": hour + timedelta(minutes=62),
-            "run_id": row["run_id"],
-            "final_version": i,
-        }
-        for i, (hour, row) in enumerate(zip(hours, ledger, strict=True))
-    ]
+    hours = -(-versions // SEEDED_PER_HOUR)
+    ledger, applied = [], []
+    for i in range(versions):
+        hour = HourBatch(START - timedelta(hours=hours - i // SEEDED_PER_HOUR))
+        landed = hour.start + timedelta(minutes=15 * (i % SEEDED_PER_HOUR) + 14)
+        folder = Path(str(paths.landing)) / hour.folder
+        folder.mkdir(parents=True, exist_ok=True)
+        path = folder / f"part-{i % SEEDED_PER_HOUR:05d}.{file_format}"
+        path.write_text("seeded\n")
+        os.utime(path, (landed.timestamp(), landed.timestamp()))
+        os.utime(folder, (landed.timestamp(), landed.timestamp()))
+        ledger.append(
+            {
+                "batch": hour.batch_id,
+                "file": path.name,
+                "rows_staged": 300,
+                "rows_quarantined": 0,
+                "staged_at": landed + timedelta(minutes=1),
+                "run_id": f"seed-{i}",
+                "size": path.stat().st_size,
+                "mtime_ns": path.stat().st_mtime_ns,
+                "sha256": f"{i:064x}",
+                "refused": None,
+                "newest_change": landed,
+            }
+        )
+        applied.append(
+            {
+                "batch": hour.batch_id,
+                "file": path.name,
+                "rows": 300,
+                "landed_mtime_ns": path.stat().st_mtime_ns,
+                "applied_at": landed + timedelta(minutes=2),
+                "run_id": f"seed-{i}",
+                "final_version": i,
+            }
+        )
     delta.append_arrow(paths.ledger, pa.Table.from_pylist(ledger, LEDGER_SCHEMA))
     delta.append_arrow(paths.applied, pa.Table.from_pylist(applied, APPLIED_SCHEMA))
 
@@ -163,14 +178,14 @@ def run_steps(
     config = load_table_configs(config_file).tables[shape.name]
     landing, warehouse = work / "landing", work / "warehouse"
     paths = TablePaths(shape.name, landing, warehouse)
-    if ledger_rows:
-        seed_ledger(paths, ledger_rows)
     landed: tuple[dict[str, Any], ...] = ()
     results = []
     for run in range(runs):
         hour = START + timedelta(hours=run)
         table = generate_table(table_index, changes, hour, seed=42, cycle=run)
-        write_landing(table, landing, hour, part=run)
+        write_landing(table, landing, hour, part=run)  # the first run empties landing
+        if run == 0 and ledger_rows:
+            seed_year(paths, ledger_rows, config.file_format)
         landed += table.rows
         interval = Interval(hour, hour + timedelta(hours=1))
         times = {"has_work": timed(partial(interval_has_work, paths, config, interval), None)}
