@@ -246,14 +246,14 @@ class ConnectBackend:
         if call.step.kind != "interval" or interval is None:
             return None
         from spark_jobs.runtime.report import noop_report, summary_payload
-        from spark_jobs.status.pending_work import files_outside_window, interval_has_work
+        from spark_jobs.status.pending_work import idle_outside
 
-        if interval_has_work(plan.paths, plan.table, interval):
-            return None
         # Files outside the window are counted on a no-op stage too: its alert fires on every
         # run while any remain.
         stage = call.step.name == "stage"
-        outside = files_outside_window(plan.paths, plan.table, interval) if stage else 0
+        outside = idle_outside(plan.paths, plan.table, interval, count_outside=stage)
+        if outside is None:
+            return None
         report = noop_report(call.step.name, plan.table.name, interval)
         if outside:
             report.result.files_outside_window = outside

@@ -18,9 +18,9 @@ run to `--output` with the machine's load before.
 The ledger and applied gain a row per file version for ever: `--ledger-rows N` starts the table
 a year in (35,040 runs of `*/15`), its ledger and applied holding N applied versions of earlier
 hours (four an hour) as one file each (as its optimize leaves them), their files in the landing
-zone's hour folders. Each run also times the no-op check an
-Airflow task makes before its step (`interval_has_work`: the listing, the ledger, applied;
-client CPU only, once per run where tasks make it twice).
+zone's hour folders. Each run also times the no-op check an Airflow task makes before its step
+(`idle_outside`: the listing, the ledger, applied; client CPU only, once per run where tasks
+make it twice).
 """
 
 from __future__ import annotations
@@ -105,12 +105,11 @@ def seed_year(paths: Any, versions: int, file_format: str) -> None:
     import pyarrow as pa
 
     from cdc_pipeline.intervals import HourBatch
-    from spark_jobs import delta
-    from spark_jobs.landing import LEDGER_SCHEMA
-    from spark_jobs.overwrite.applied import APPLIED_SCHEMA
+    from spark_jobs import delta, landing
+    from spark_jobs.overwrite import applied
 
     hours = -(-versions // SEEDED_PER_HOUR)
-    ledger, applied = [], []
+    rows = []
     for i in range(versions):
         hour = HourBatch(START - timedelta(hours=hours - i // SEEDED_PER_HOUR))
         landed = hour.start + timedelta(minutes=15 * (i % SEEDED_PER_HOUR) + 14)
@@ -120,34 +119,32 @@ def seed_year(paths: Any, versions: int, file_format: str) -> None:
         path.write_text("seeded\n")
         os.utime(path, (landed.timestamp(), landed.timestamp()))
         os.utime(folder, (landed.timestamp(), landed.timestamp()))
-        ledger.append(
-            {
-                "batch": hour.batch_id,
-                "file": path.name,
-                "rows_staged": 300,
-                "rows_quarantined": 0,
-                "staged_at": landed + timedelta(minutes=1),
-                "run_id": f"seed-{i}",
-                "size": path.stat().st_size,
-                "mtime_ns": path.stat().st_mtime_ns,
-                "sha256": f"{i:064x}",
-                "refused": None,
-                "newest_change": landed,
-            }
+        seen = path.stat()
+        landed_file = landing.LandingFile(
+            hour.batch_id,
+            paths.landing / hour.folder / path.name,
+            f"{hour.folder}/{path.name}",
+            seen.st_size,
+            seen.st_mtime_ns,
+            sha256=f"{i:064x}",
         )
-        applied.append(
-            {
-                "batch": hour.batch_id,
-                "file": path.name,
-                "rows": 300,
-                "landed_mtime_ns": path.stat().st_mtime_ns,
-                "applied_at": landed + timedelta(minutes=2),
-                "run_id": f"seed-{i}",
-                "final_version": i,
-            }
+        rows.append(
+            landing.ledger_row(
+                landed_file,
+                hour.batch_id,
+                path.name,
+                staged=300,
+                quarantined=0,
+                refused=None,
+                now=landed + timedelta(minutes=1),
+                run_id=f"seed-{i}",
+                newest_change=landed,
+            )
         )
-    delta.append_arrow(paths.ledger, pa.Table.from_pylist(ledger, LEDGER_SCHEMA))
-    delta.append_arrow(paths.applied, pa.Table.from_pylist(applied, APPLIED_SCHEMA))
+    ledger = pa.Table.from_pylist(rows, landing.LEDGER_SCHEMA)
+    delta.append_arrow(paths.ledger, ledger)
+    entries = landing.read_ledger(ledger).entries()
+    applied.mark_applied(paths, applied.Pending(tuple(entries.values())), "seed", 0)
 
 
 def run_steps(
@@ -170,7 +167,7 @@ def run_steps(
     from spark_jobs.runtime.context import StepContext
     from spark_jobs.runtime.session import build_connect_session
     from spark_jobs.stage import run_stage
-    from spark_jobs.status.pending_work import interval_has_work
+    from spark_jobs.status.pending_work import idle_outside
 
     shape = BenchTable.without_rows(table_index)
     config_file = work / "tables.yaml"
@@ -188,7 +185,8 @@ def run_steps(
             seed_year(paths, ledger_rows, config.file_format)
         landed += table.rows
         interval = Interval(hour, hour + timedelta(hours=1))
-        times = {"has_work": timed(partial(interval_has_work, paths, config, interval), None)}
+        check = partial(idle_outside, paths, config, interval, count_outside=False)
+        times = {"has_work": timed(check, None)}
         for name, step in (("stage", run_stage), ("overwrite_final", run_overwrite_final)):
             spark = build_connect_session(url, f"long-run-{name}")
             try:

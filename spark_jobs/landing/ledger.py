@@ -346,14 +346,11 @@ class Ledger:
 
     def newest_change(self, applied: pa.Table) -> datetime | None:
         """The newest change time among the versions `applied` (batch, file) holds."""
-        done = self.latest.join(_keys(applied), ["batch", "file"], join_type="left semi")
+        done = self.latest.join(
+            applied.select(["batch", "file"]), ["batch", "file"], join_type="left semi"
+        )
         newest = pc.max(done["newest_change"]).as_py()
         return newest if isinstance(newest, datetime) else None
-
-
-def _keys(table: pa.Table) -> pa.Table:
-    """(batch, file) of a ledger-like table, each once."""
-    return table.select(["batch", "file"]).group_by(["batch", "file"]).aggregate([])
 
 
 def _as_entries(table: pa.Table) -> list[LedgerEntry]:

@@ -69,17 +69,22 @@ def applied_keys(paths: TablePaths) -> pa.Table:
 
 
 def pending_files(
-    paths: TablePaths, *, whole_extracts: bool = False, ledger: Ledger | None = None
+    paths: TablePaths,
+    *,
+    whole_extracts: bool = False,
+    ledger: Ledger | None = None,
+    marks: pa.Table | None = None,
 ) -> Pending:
     """Staged file versions not applied yet (read the ledger before staging's snapshot: staging
     is committed before the ledger, so every version listed here has its rows there).
 
     A full-extract table also counts versions that staged no row (an empty extract deletes).
-    Compared as Arrow columns: only the pending versions become Python objects."""
+    Compared as Arrow columns: only the pending versions become Python objects. `ledger` and
+    `marks` (applied's rows): already read by the caller, read after the ledger."""
     if ledger is None:
         ledger = read_ledger(delta.arrow_table(paths.ledger))
     staged = ledger.staged(whole_extracts=whole_extracts)
-    done = applied_keys(paths)
+    done = applied_keys(paths) if marks is None else marks.select(["batch", "file"])
     pending = staged.join(done, ["batch", "file"], join_type="left anti")
     if pending.num_rows == 0:
         return Pending(())

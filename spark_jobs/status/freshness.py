@@ -203,7 +203,8 @@ def data_freshness(
     listed = landing.list_landing(paths, window, table.file_format).files
     not_staged = landing.unknown_files(listed, ledger.entries({f.batch for f in listed}))
     outside = landing.unknown_before(paths, window.start, table.file_format, ledger)
-    pending = applied.pending_files(paths, whole_extracts=is_extract, ledger=ledger)
+    marks = applied.applied_marks(paths)
+    pending = applied.pending_files(paths, whole_extracts=is_extract, ledger=ledger, marks=marks)
     waiting = [f.mtime_ns for f in not_staged] + [
         e.mtime_ns for e in pending.files if e.mtime_ns is not None
     ]
@@ -211,7 +212,6 @@ def data_freshness(
         change_bound(e.batch, e.mtime_ns) for e in pending.files
     ]
     changes_waiting = [b for b in bounds if b is not None]
-    marks = applied.applied_marks(paths)
     landed = pc.max(marks["landed_mtime_ns"]).as_py()
     return DataFreshness(
         table=table.name,
@@ -239,8 +239,8 @@ def _kafka_freshness(
     from spark_jobs.kafka.lag import topic_lag
 
     ledger = landing.read_ledger(delta.arrow_table(paths.ledger))
-    pending = applied.pending_files(paths, ledger=ledger)
     marks = applied.applied_marks(paths)
+    pending = applied.pending_files(paths, ledger=ledger, marks=marks)
     lag = topic_lag(table, paths, properties)
     staged_waiting = [e.staged_at for e in pending.files if e.staged_at is not None]
     oldest = [t for t in [lag.oldest_waiting, *staged_waiting] if t is not None]

@@ -8,11 +8,31 @@ from cdc_pipeline.intervals import Interval
 from cdc_pipeline.paths import TablePaths
 from spark_jobs import delta
 from spark_jobs.kafka.lag import kafka_has_work
-from spark_jobs.landing import list_landing, listing_interval, read_ledger, unknown_files
+from spark_jobs.landing import (
+    Ledger,
+    list_landing,
+    listing_interval,
+    read_ledger,
+    unknown_files,
+)
 from spark_jobs.overwrite import applied
 
 
-def interval_has_work(paths: TablePaths, table: TableConfig, interval: Interval) -> bool:
+def idle_outside(
+    paths: TablePaths, table: TableConfig, interval: Interval, *, count_outside: bool
+) -> int | None:
+    """None when stage or overwrite-final of `interval` could change anything; otherwise the
+    change files outside its window no run staged (0 unless `count_outside`: a no-op stage
+    reports them). The ledger is read once for both."""
+    ledger = read_ledger(delta.arrow_table(paths.ledger)) if table.source == "files" else None
+    if interval_has_work(paths, table, interval, ledger=ledger):
+        return None
+    return files_outside_window(paths, table, interval, ledger=ledger) if count_outside else 0
+
+
+def interval_has_work(
+    paths: TablePaths, table: TableConfig, interval: Interval, *, ledger: Ledger | None = None
+) -> bool:
     """Whether stage or overwrite-final of `interval` could change anything.
 
     A Kafka table: False only when no partition of its topic holds a message not staged and
@@ -32,14 +52,17 @@ def interval_has_work(paths: TablePaths, table: TableConfig, interval: Interval)
     listing = list_landing(paths, window, table.file_format)
     if listing.links:
         return True
-    ledger = read_ledger(delta.arrow_table(paths.ledger))
+    if ledger is None:
+        ledger = read_ledger(delta.arrow_table(paths.ledger))
     if unknown_files(listing.files, ledger.entries({f.batch for f in listing.files})):
         return True
     whole_extracts = table.change_format == "snapshot"
     return bool(applied.pending_files(paths, whole_extracts=whole_extracts, ledger=ledger).files)
 
 
-def files_outside_window(paths: TablePaths, table: TableConfig, interval: Interval) -> int:
+def files_outside_window(
+    paths: TablePaths, table: TableConfig, interval: Interval, *, ledger: Ledger | None = None
+) -> int:
     """Change files landed in hour folders before the run's window that no run staged (a files
     table; folder listings and the ledger only)."""
     from spark_jobs.landing import unknown_before
@@ -49,5 +72,6 @@ def files_outside_window(paths: TablePaths, table: TableConfig, interval: Interv
     window = listing_interval(
         interval, table.late_arrival_window.delta, whole_extracts=table.change_format == "snapshot"
     )
-    ledger = read_ledger(delta.arrow_table(paths.ledger))
+    if ledger is None:
+        ledger = read_ledger(delta.arrow_table(paths.ledger))
     return len(unknown_before(paths, window.start, table.file_format, ledger))
