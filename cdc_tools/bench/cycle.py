@@ -36,6 +36,7 @@ import yaml
 from cdc_airflow.local.launcher import LOCAL_SPARK, LocalAirflow
 from cdc_airflow.local.runs import MetadataDB, RunRow, TaskRow, wait_for_dag_runs
 from cdc_pipeline.intervals import HourBatch
+from cdc_tools.bench.processes import ProcessSampler
 from cdc_tools.kafka_broker import KafkaBroker, start_broker
 
 Mode = Literal["connect", "spark-submit"]
@@ -395,66 +396,6 @@ def check_table(table: BenchTable, warehouse: Path) -> str | None:
 
 
 # ---------------------------------------------------------------- measurement helpers
-
-
-class RssSampler:
-    """Peak RSS of this process and all its descendants (Airflow services, task processes, the
-    Connect server), sampled every `every` seconds in a thread.
-
-    RSS counts shared pages once per process, so the sum overstates real use a little; it is the
-    same measure for both modes.
-    """
-
-    def __init__(self, every: float = 1.0, exclude: frozenset[int] = frozenset()) -> None:
-        self.every = every
-        self.exclude = exclude  # pids left out: the Kafka broker, an outside service in real use
-        self.peak_mib = 0.0
-        self.peak_top: list[dict[str, Any]] = []
-        self.samples: list[tuple[float, float]] = []
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-        self._started = time.monotonic()
-
-    def _sample(self) -> tuple[float, list[dict[str, Any]]]:
-        import psutil
-
-        me = psutil.Process()
-        sizes = []
-        commands: dict[int, list[str]] = {}
-        for process in [me, *me.children(recursive=True)]:
-            if process.pid in self.exclude:
-                continue
-            try:
-                rss = process.memory_info().rss / 2**20
-                command = process.cmdline()
-                parent = process.ppid()
-            except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
-                continue
-            commands[process.pid] = command
-            # A fork that has not exec'd yet (the JVM forks for each `chmod` Hadoop runs on a
-            # local file system) shows its parent's pages and command line: not memory of its own.
-            if commands.get(parent) == command:
-                continue
-            name = " ".join(command[:4])[-80:]
-            sizes.append({"pid": process.pid, "command": name, "mib": round(rss, 1)})
-        return sum(s["mib"] for s in sizes), sizes
-
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            total, sizes = self._sample()
-            self.samples.append((round(time.monotonic() - self._started, 1), round(total, 1)))
-            if total > self.peak_mib:
-                self.peak_mib = total
-                self.peak_top = sorted(sizes, key=lambda s: -s["mib"])[:6]
-            self._stop.wait(self.every)
-
-    def __enter__(self) -> RssSampler:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join(timeout=30)
 
 
 def load_now() -> dict[str, Any]:
@@ -817,7 +758,8 @@ def run_mode(
     load_before = load_now()
     setup_started = time.monotonic()
     broker = kafka_broker_of(source, broker)
-    with RssSampler(exclude=frozenset({broker.pid} if broker and broker.pid else ())) as rss:
+    excluded = frozenset({broker.pid} if broker and broker.pid else ())
+    with ProcessSampler(exclude=excluded) as rss:
         local, names = prepare(spec, mode, source, workdir, broker)
         dag_ids = [t.dag_id for t in names]
         # The warm-up pass (about 2 s a table) comes between reading the hour and unpausing.
@@ -829,7 +771,7 @@ def run_mode(
             local.start_services()
             local.airflow("dags", "reserialize")
             cycles = CycleRun(
-                spec, mode, local, dag_ids, wait_for_dags(local, dag_ids), broker, run
+                spec, mode, local, dag_ids, wait_for_dags(local, dag_ids), broker, run, rss
             )
             results = [cycles.measure(n, setup_started=setup_started) for n in range(spec.cycles)]
             other_runs = cycles.other_runs()
@@ -866,6 +808,7 @@ class CycleRun:
     hour: datetime  # the first cycle's interval start
     broker: KafkaBroker | None
     run_name: str  # "<source>-<mode>": its topics' middle part
+    processes: ProcessSampler  # each cycle's CPU per role, from first task start to last end
     # Every change fed so far per table index: each cycle checks final against all of them.
     changes: dict[int, tuple[dict[str, Any], ...]] = field(default_factory=dict)
     setup: dict[str, Any] = field(default_factory=dict)
@@ -907,10 +850,14 @@ class CycleRun:
         checked = [BenchTable(t.index, t.kind, self.changes[t.index]) for t in tables]
         warehouse = Path(str(self.local.warehouse))
         problems = [p for p in (check_table(t, warehouse) for t in checked) if p]
+        window = (figures["first_task_start"], figures["last_task_end"])
+        cpu = self.processes.cpu_between(*(datetime.fromisoformat(t).timestamp() for t in window))
+        print(f"bench-cycle [{self.label}]: {cycle_line(cycle, figures, cpu)}", flush=True)
         return {
             "cycle": cycle + 1,
             "interval_start": start.isoformat(),
             **figures,
+            "cpu": cpu,
             "runs_succeeded": sum(1 for r in runs if r.state == "success"),
             "runs_failed": sorted(r.dag_id for r in runs if r.state != "success"),
             "tables_exact": len(checked) - len(problems),
@@ -961,6 +908,18 @@ class CycleRun:
         """Runs of intervals no cycle measured (a next run started under the last cycle)."""
         measured = {self.start_of(k) for k in range(self.spec.cycles)}
         return [r for r in self.db.runs(self.dag_ids) if r.interval_start not in measured]
+
+
+def cycle_line(cycle: int, figures: dict[str, Any], cpu: dict[str, Any] | None) -> str:
+    """A cycle's time and where its CPU went, for the progress output."""
+    line = f"cycle {cycle + 1}: {figures['cycle_seconds']} s"
+    if cpu is None:
+        return line
+    roles = ", ".join(f"{role} {seconds}" for role, seconds in cpu["cpu_seconds"].items())
+    return (
+        f"{line}; CPU-s {roles} (machine {cpu['machine_cpu_seconds']}, "
+        f"{cpu['cores_busy']} cores busy)"
+    )
 
 
 STEADY_KEYS = ("cycle_seconds", "per_table_run_seconds", "run_seconds_median", "run_seconds_max")

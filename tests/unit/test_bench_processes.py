@@ -1,0 +1,82 @@
+"""The bench's process sampler: CPU per role over a window, a short task process counted once,
+through the supervisor that reaped it (real processes, real /proc)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+from cdc_tools.bench.processes import ProcessSampler, role_of
+
+# A stand-in for the executor's worker: titled as Airflow titles it, it forks a task process
+# that burns `burn` CPU seconds and exits, reaps it, then waits until `done` exists.
+WORKER = textwrap.dedent(
+    """
+    import os, sys, time
+    from setproctitle import setproctitle
+    setproctitle("airflow worker -- LocalExecutor: <idle>")
+    burn, done = float(sys.argv[1]), sys.argv[2]
+    time.sleep(0.6)
+    child = os.fork()
+    if child == 0:
+        end = time.process_time() + burn
+        while time.process_time() < end:
+            pass
+        os._exit(0)
+    os.waitpid(child, 0)
+    while not os.path.exists(done):
+        time.sleep(0.05)
+    """
+)
+
+
+def test_roles_come_from_titles_and_a_supervisors_child_is_a_task() -> None:
+    assert role_of(["airflow", "scheduler"], "bench") == "scheduler"
+    assert role_of(["/usr/bin/java", "-cp", "x"], "bench") == "connect_server"
+    assert role_of(["airflow api_server -- host:127.0.0.1 port:1"], None) == "api_server"
+    assert role_of(["airflow worker -- LocalExecutor: <idle>"], "scheduler") == "supervisors"
+    # A task process keeps its worker's title (a fork): its parent tells it apart.
+    assert role_of(["airflow worker -- LocalExecutor: <idle>"], "supervisors") == "task_processes"
+    assert role_of(["chmod", "755", "/x"], "connect_server") == "connect_server"
+    assert role_of(["python", "helper.py"], None) == "other"
+
+
+def test_a_short_task_process_counts_once_through_its_supervisor(tmp_path: Path) -> None:
+    done = tmp_path / "done"
+    with ProcessSampler(every=0.1) as sampler:
+        time.sleep(0.3)
+        start = time.time()
+        worker = subprocess.Popen([sys.executable, "-c", WORKER, "0.8", str(done)])
+        try:
+            time.sleep(2.5)  # the task process (started after 0.6 s) burns 0.8 s and ends
+            end = time.time()
+            usage = sampler.cpu_between(start, end)
+        finally:
+            done.touch()
+            worker.wait(timeout=30)
+    assert usage is not None
+    cpu = usage["cpu_seconds"]
+    # Sampled alive over several samples, reaped inside the window: 0.8 s once, not twice.
+    assert 0.7 <= cpu["task_processes"] <= 1.0, cpu
+    assert cpu.get("supervisors", 0.0) < 0.5, cpu
+    assert usage["machine_cpu_seconds"] >= cpu["task_processes"]
+    assert 2.4 <= usage["window_seconds"] <= 3.0
+
+
+def test_the_progress_line_names_each_roles_cpu() -> None:
+    from cdc_tools.bench.cycle import cycle_line
+
+    cpu = {
+        "cpu_seconds": {"connect_server": 70.2, "task_processes": 20.1},
+        "machine_cpu_seconds": 120.0,
+        "cores_busy": 1.6,
+    }
+    line = cycle_line(1, {"cycle_seconds": 75.0}, cpu)
+    assert line == (
+        "cycle 2: 75.0 s; CPU-s connect_server 70.2, task_processes 20.1 "
+        "(machine 120.0, 1.6 cores busy)"
+    )
+    assert cycle_line(0, {"cycle_seconds": 75.0}, None) == "cycle 1: 75.0 s"
