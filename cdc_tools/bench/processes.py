@@ -71,7 +71,8 @@ class ProcessSampler:
         self.samples: list[tuple[float, float]] = []
         # (wall time, the machine's busy CPU seconds, every process's usage by (pid, start))
         self.cpu: list[tuple[float, float, dict[tuple[int, float], Usage]]] = []
-        self._roles: dict[tuple[int, float], str] = {}
+        # A process's role by (pid, start), with the command it was told from (exec changes it).
+        self._roles: dict[tuple[int, float], tuple[list[str], str]] = {}
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
         self._started = time.monotonic()
@@ -115,16 +116,18 @@ class ProcessSampler:
         return sum(s["mib"] for s in sizes), sizes
 
     def _role(self, pid: int, seen: dict[int, tuple[Any, ...]], bench: int) -> str:
-        """The role of `pid` (its parent's resolved first), kept for the process's life once it
-        has a title of its own (a fresh fork shows its parent's until it sets one)."""
-        key = (pid, seen[pid][4])
-        if key in self._roles:
-            return self._roles[key]
+        """The role of `pid` (its parent's resolved first), kept while its command stays the same
+        once it has a title of its own (a fresh fork shows its parent's until it sets one or
+        execs; `spark-submit` execs the JVM under the same pid)."""
+        key, command = (pid, seen[pid][4]), seen[pid][1]
+        known = self._roles.get(key)
+        if known is not None and known[0] == command:
+            return known[1]
         parent = seen[pid][2]
         parent_role = self._role(parent, seen, bench) if parent in seen else None
-        role = "bench" if pid == bench else role_of(seen[pid][1], parent_role)
-        if parent not in seen or seen[parent][1] != seen[pid][1]:
-            self._roles[key] = role
+        role = "bench" if pid == bench else role_of(command, parent_role)
+        if parent not in seen or seen[parent][1] != command:
+            self._roles[key] = (command, role)
         return role
 
     def _run(self) -> None:

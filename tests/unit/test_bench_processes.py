@@ -3,6 +3,7 @@ through the supervisor that reaped it (real processes, real /proc)."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import textwrap
@@ -80,3 +81,25 @@ def test_the_progress_line_names_each_roles_cpu() -> None:
         "(machine 120.0, 1.6 cores busy)"
     )
     assert cycle_line(0, {"cycle_seconds": 75.0}, None) == "cycle 1: 75.0 s"
+
+
+def test_a_process_that_execs_takes_the_role_of_what_it_became(tmp_path: Path) -> None:
+    # `spark-submit` is a shell script that execs the JVM under the same pid: the role is told
+    # from the command the process has now, not the one it had when first seen.
+    burn = "import time\nend = time.process_time() + 0.6\nwhile time.process_time() < end: pass"
+    # The title comes from the environment: the shell's own command line does not carry it.
+    script = f"sleep 0.6; exec {sys.executable} -c '{burn}\ntime.sleep(30)' \"$TITLE\""
+    with ProcessSampler(every=0.1) as sampler:
+        time.sleep(0.3)
+        start = time.time()
+        environment = {**os.environ, "TITLE": "airflow scheduler"}
+        child = subprocess.Popen(["sh", "-c", script], env=environment)
+        try:
+            time.sleep(2.5)  # alive at the window's end: its own CPU counts, by its role now
+            usage = sampler.cpu_between(start, time.time())
+        finally:
+            child.kill()
+            child.wait(timeout=30)
+    assert usage is not None
+    assert usage["cpu_seconds"].get("scheduler", 0.0) >= 0.5, usage
+    assert usage["cpu_seconds"].get("bench", 0.0) < 0.3, usage
