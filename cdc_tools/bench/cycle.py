@@ -918,7 +918,7 @@ def cycle_line(cycle: int, figures: dict[str, Any], cpu: dict[str, Any] | None) 
     roles = ", ".join(f"{role} {seconds}" for role, seconds in cpu["cpu_seconds"].items())
     return (
         f"{line}; CPU-s {roles} (machine {cpu['machine_cpu_seconds']}, "
-        f"{cpu['cores_busy']} cores busy)"
+        f"{cpu['cores_busy']} cores busy, {cpu.get('machine_steal_seconds', 0.0)} stolen)"
     )
 
 

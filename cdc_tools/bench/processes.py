@@ -69,8 +69,9 @@ class ProcessSampler:
         self.peak_mib = 0.0
         self.peak_top: list[dict[str, Any]] = []
         self.samples: list[tuple[float, float]] = []
-        # (wall time, the machine's busy CPU seconds, every process's usage by (pid, start))
-        self.cpu: list[tuple[float, float, dict[tuple[int, float], Usage]]] = []
+        # (wall time, the machine's busy and stolen CPU seconds, each process's usage by (pid,
+        # start))
+        self.cpu: list[tuple[float, float, float, dict[tuple[int, float], Usage]]] = []
         # A process's role by (pid, start), with the command it was told from (exec changes it).
         self._roles: dict[tuple[int, float], tuple[list[str], str]] = {}
         self._stop = threading.Event()
@@ -111,8 +112,10 @@ class ProcessSampler:
             name = " ".join(command[:4])[-80:]
             sizes.append({"pid": pid, "command": name, "mib": round(rss, 1)})
         machine = psutil.cpu_times()
-        busy = sum(machine) - machine.idle - getattr(machine, "iowait", 0.0)
-        self.cpu.append((time.time(), busy, usage))
+        # Busy: what this machine's processes ran (guest time is within user time already);
+        # steal: what the host gave other machines while ours waited.
+        busy = sum(getattr(machine, k, 0.0) for k in ("user", "nice", "system", "irq", "softirq"))
+        self.cpu.append((time.time(), busy, getattr(machine, "steal", 0.0), usage))
         return sum(s["mib"] for s in sizes), sizes
 
     def _role(self, pid: int, seen: dict[int, tuple[Any, ...]], bench: int) -> str:
@@ -141,7 +144,8 @@ class ProcessSampler:
 
     def cpu_between(self, start: float, end: float) -> dict[str, Any] | None:
         """CPU seconds per role between two wall times (`time.time()`), the sum of ours, the
-        whole machine's (outside processes too) and its busy cores; None without samples."""
+        whole machine's (outside processes too), its busy cores and the CPU time its host
+        stole; None without samples."""
         deadline = time.time() + 3 * self.every
         while self._thread.is_alive() and (not self.cpu or self.cpu[-1][0] < end):
             if time.time() > deadline:
@@ -152,7 +156,7 @@ class ProcessSampler:
         after = [s for s in samples if s[0] >= end]
         if not before or not after:
             return None
-        (t0, busy0, first), (t1, busy1, last) = before[-1], after[0]
+        (t0, busy0, steal0, first), (t1, busy1, steal1, last) = before[-1], after[0]
         roles: dict[str, float] = {}
         for key, now in last.items():
             then = first.get(key)
@@ -168,6 +172,7 @@ class ProcessSampler:
             "cpu_seconds": {role: round(seconds, 1) for role, seconds in sorted(roles.items())},
             "ours_cpu_seconds": round(ours, 1),
             "machine_cpu_seconds": round(busy1 - busy0, 1),
+            "machine_steal_seconds": round(steal1 - steal0, 1),
             "cores_busy": round((busy1 - busy0) / (t1 - t0), 2) if t1 > t0 else None,
         }
 

@@ -81,11 +81,12 @@ def test_the_progress_line_names_each_roles_cpu() -> None:
         "cpu_seconds": {"connect_server": 70.2, "task_processes": 20.1},
         "machine_cpu_seconds": 120.0,
         "cores_busy": 1.6,
+        "machine_steal_seconds": 0.2,
     }
     line = cycle_line(1, {"cycle_seconds": 75.0}, cpu)
     assert line == (
         "cycle 2: 75.0 s; CPU-s connect_server 70.2, task_processes 20.1 "
-        "(machine 120.0, 1.6 cores busy)"
+        "(machine 120.0, 1.6 cores busy, 0.2 stolen)"
     )
     assert cycle_line(0, {"cycle_seconds": 75.0}, None) == "cycle 1: 75.0 s"
 
