@@ -114,3 +114,28 @@ def test_a_process_that_execs_takes_the_role_of_what_it_became(tmp_path: Path) -
             child.wait(timeout=30)
     assert usage is not None
     assert usage["cpu_seconds"].get("scheduler", 0.0) >= 0.5, usage
+
+
+def test_runs_that_started_before_their_changes_landed_are_named() -> None:
+    from datetime import UTC, datetime, timedelta
+
+    from cdc_airflow.local.runs import TaskRow
+    from cdc_tools.bench.cycle import early_problem, started_before
+
+    fed = datetime(2026, 11, 30, 23, 32, 10, tzinfo=UTC)
+
+    def task(dag: str, task_id: str, start: datetime | None) -> TaskRow:
+        return TaskRow(dag, "r", task_id, "success", 1, None, start, None)
+
+    tasks = [
+        task("bc001_u", "stage", fed - timedelta(seconds=40)),
+        task("bc001_u", "overwrite_final", fed + timedelta(seconds=1)),
+        task("bc000_p", "stage", fed - timedelta(seconds=2)),
+        task("bc002_i", "stage", fed + timedelta(seconds=5)),
+        task("bc003_p", "stage", None),
+    ]
+    early = started_before(tasks, fed)
+    assert early == ["bc000_p", "bc001_u"]
+    problem = early_problem(early, fed)
+    assert problem.startswith("2 tables' runs (first bc000_p) started before this cycle's change")
+    assert "2026-11-30T23:32:10+00:00" in problem and "longer --every" in problem
