@@ -20,15 +20,15 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+SUPERVISORS, TASKS = "supervisors", "task_processes"
 # Roles, by the process title Airflow or the JVM gives each process (else its parent's role).
 ROLE_TITLES = (
-    ("supervisors", ("airflow worker -- LocalExecutor", "airflow supervisor:")),
+    (SUPERVISORS, ("airflow worker -- LocalExecutor", "airflow supervisor:")),
     ("scheduler", ("airflow scheduler",)),
     ("api_server", ("api_server", "api-server")),
     ("dag_processor", ("dag-processor", "dag_processor")),
     ("triggerer", ("airflow triggerer",)),
 )
-SUPERVISORS, TASKS = "supervisors", "task_processes"
 
 
 @dataclass(frozen=True)
@@ -41,9 +41,10 @@ class Usage:
 
 
 def role_of(command: list[str], parent_role: str | None) -> str:
-    """A process's role: the task process of a supervisor, else by its title (a JVM is the
+    """A process's role: a supervisor's child and everything a task process starts (in
+    spark-submit mode its Spark driver's JVM) is the task's, else by its title (a JVM is the
     Connect server), else its parent's ('other' for the bench's own helpers)."""
-    if parent_role == SUPERVISORS:
+    if parent_role in (SUPERVISORS, TASKS):
         return TASKS
     title = " ".join(command)
     for role, marks in ROLE_TITLES:

@@ -44,6 +44,8 @@ def test_roles_come_from_titles_and_a_supervisors_child_is_a_task() -> None:
     # A task process keeps its worker's title (a fork): its parent tells it apart.
     assert role_of(["airflow worker -- LocalExecutor: <idle>"], "supervisors") == "task_processes"
     assert role_of(["chmod", "755", "/x"], "connect_server") == "connect_server"
+    # spark-submit mode: the JVM a task process starts is that task's Spark, not a server.
+    assert role_of(["/usr/bin/java", "-cp", "x"], "task_processes") == "task_processes"
     assert role_of(["python", "helper.py"], None) == "other"
 
 
