@@ -14,6 +14,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -63,8 +64,58 @@ def plain_environment(
     return env
 
 
+@dataclass
+class Standalone:
+    """A running `airflow standalone`: the user's environment, the workspace, its log."""
+
+    env: dict[str, str]
+    ws: Workspace
+    log: Path
+    process: subprocess.Popen[bytes]
+
+    def components(self) -> dict[str, bool]:
+        """Whether each of the components standalone starts (and never restarts) still runs."""
+        running: set[str] = set()
+        for stat in Path("/proc").glob("[0-9]*/stat"):
+            try:
+                ppid = int(stat.read_text().rsplit(")", 1)[1].split()[1])
+                command = (stat.parent / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+            except (OSError, ValueError, IndexError):
+                continue  # gone while being read
+            if ppid == self.process.pid:
+                # api-server retitles itself "airflow api_server -- host:... port:..."
+                running.update(c for c in COMPONENTS if c in command.replace("_", "-"))
+        return {c: c in running for c in COMPONENTS}
+
+    def diagnosis(self, dag_id: str) -> str:
+        """What to read when runs do not move: components, the DAG's and backfill's rows, the
+        log's errors (standalone's default SQLite DB is written by four processes)."""
+        db = Path(self.env["AIRFLOW_HOME"]) / "airflow.db"
+        with sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=60) as connection:
+            dag = connection.execute(
+                "SELECT is_paused, is_stale, last_parsed_time FROM dag WHERE dag_id = ?", (dag_id,)
+            ).fetchall()
+            backfills = connection.execute(
+                "SELECT id, is_paused, max_active_runs, completed_at FROM backfill"
+            ).fetchall()
+        lines = self.log.read_text(errors="replace").splitlines()
+        errors = [
+            line for line in lines if any(w in line for w in ("Error", "error ", "Traceback"))
+        ]
+        return (
+            f"components running: {self.components()}; dag (is_paused, is_stale, "
+            f"last_parsed_time): {dag}; backfills: {backfills}\nlog errors (last 30):\n"
+            + "\n".join(errors[-30:])
+            + "\nlog (last 40 lines):\n"
+            + "\n".join(lines[-40:])
+        )
+
+
+COMPONENTS = ("scheduler", "dag-processor", "api-server", "triggerer")
+
+
 @pytest.fixture
-def standalone(tmp_path: Path, connect_server: Any) -> Iterator[tuple[dict[str, str], Workspace]]:
+def standalone(tmp_path: Path, connect_server: Any) -> Iterator[Standalone]:
     """`airflow standalone` with the package deployed into it; stopped by its process group."""
     deploy = tmp_path / "deploy"
     for folder in ("dags", "plugins"):
@@ -76,7 +127,8 @@ def standalone(tmp_path: Path, connect_server: Any) -> Iterator[tuple[dict[str, 
     ws.config_path.write_text(yaml.safe_dump({"tables": [row("plain")]}))
     host, port = connect_address(connect_server.url)
     env = plain_environment(tmp_path / "home", deploy, ws, connect_connection(port, host))
-    log = (tmp_path / "standalone.log").open("w")
+    log_path = tmp_path / "standalone.log"
+    log = log_path.open("w")
     process = subprocess.Popen(
         [str(AIRFLOW), "standalone"],
         env=env,
@@ -85,7 +137,7 @@ def standalone(tmp_path: Path, connect_server: Any) -> Iterator[tuple[dict[str, 
         start_new_session=True,
     )
     try:
-        yield env, ws
+        yield Standalone(env, ws, log_path, process)
     finally:
         if process.poll() is None:
             os.killpg(process.pid, signal.SIGTERM)
@@ -120,13 +172,15 @@ def airflow_cli(env: dict[str, str], *args: str) -> str:
 
 
 def test_a_backfill_runs_to_the_exact_table_in_an_airflow_nobody_prepared(
-    standalone: tuple[dict[str, str], Workspace],
+    standalone: Standalone,
 ) -> None:
-    env, ws = standalone
+    env, ws = standalone.env, standalone.ws
+    started = time.monotonic()
     expected = land_hours(ws, "plain", 3)
     db = MetadataDB(Path(env["AIRFLOW_HOME"]) / "airflow.db")
     # The dag-processor has parsed the copied DAG file (standalone migrates the DB first).
     wait_until_parsed(db, "cdc_plain")
+    print(f"parsed after {time.monotonic() - started:.0f} s")
     airflow_cli(env, "dags", "unpause", "cdc_plain")
     airflow_cli(
         env,
@@ -139,14 +193,26 @@ def test_a_backfill_runs_to_the_exact_table_in_an_airflow_nobody_prepared(
         "--to-date",
         "2024-01-01T02:00:00+00:00",
     )
-    runs = wait_for_dag_runs(
-        db,
-        ["cdc_plain"],
-        3,
-        select=lambda r: r.run_type == "backfill",
-        label="plain airflow backfill",
-        timeout=900,
-    )
+    print(f"backfill created after {time.monotonic() - started:.0f} s")
+
+    def components_alive(_: object) -> None:
+        # Standalone never restarts a component that exits: a dead scheduler is a failure now,
+        # with its log, not a wait for the timeout.
+        stopped = [c for c, running in standalone.components().items() if not running]
+        assert not stopped, f"{stopped} exited; {standalone.diagnosis('cdc_plain')}"
+
+    try:
+        runs = wait_for_dag_runs(
+            db,
+            ["cdc_plain"],
+            3,
+            select=lambda r: r.run_type == "backfill",
+            label="plain airflow backfill",
+            timeout=600,  # under pytest's 900 s, so that the diagnosis below is what fails
+            on_poll=components_alive,
+        )
+    except RuntimeError as error:
+        raise AssertionError(f"{error}; {standalone.diagnosis('cdc_plain')}") from error
     assert sorted(r.state for r in runs) == ["success"] * 3, runs
     assert table_rows(ws.paths("plain").final, ["ID", "VALUE"]) == expected
     # Nothing was made for the package: the only pool is Airflow's own.
