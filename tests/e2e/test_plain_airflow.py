@@ -6,6 +6,7 @@ A backfill queued with Airflow's own CLI runs to the exact table."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import signal
@@ -146,6 +147,10 @@ def standalone(tmp_path: Path, connect_server: Any) -> Iterator[Standalone]:
             except subprocess.TimeoutExpired:
                 os.killpg(process.pid, signal.SIGKILL)
                 process.wait(timeout=10)
+        # What outlived standalone in its group: the executor's workers of a scheduler that died
+        # (they ignore SIGTERM and stay idle for good once their scheduler is gone).
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, signal.SIGKILL)
         log.close()
 
 
