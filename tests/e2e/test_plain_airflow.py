@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import psutil
 import pytest
 import yaml
 
@@ -26,6 +27,7 @@ from cdc_airflow.local.connect_server import free_port
 from cdc_airflow.local.launcher import connect_connection
 from cdc_airflow.local.runs import MetadataDB, wait_for_dag_runs
 from cdc_pipeline.jvm import connect_address
+from cdc_tools.bench.processes import role_of
 from tests.e2e.test_airflow import land_hours, row
 from tests.helpers import Workspace, table_rows
 
@@ -75,17 +77,13 @@ class Standalone:
     process: subprocess.Popen[bytes]
 
     def components(self) -> dict[str, bool]:
-        """Whether each of the components standalone starts (and never restarts) still runs."""
-        running: set[str] = set()
-        for stat in Path("/proc").glob("[0-9]*/stat"):
-            try:
-                ppid = int(stat.read_text().rsplit(")", 1)[1].split()[1])
-                command = (stat.parent / "cmdline").read_bytes().replace(b"\0", b" ").decode()
-            except (OSError, ValueError, IndexError):
-                continue  # gone while being read
-            if ppid == self.process.pid:
-                # api-server retitles itself "airflow api_server -- host:... port:..."
-                running.update(c for c in COMPONENTS if c in command.replace("_", "-"))
+        """Whether each of the components standalone starts (and never restarts) still runs,
+        told by the titles the bench's sampler reads (api-server retitles itself)."""
+        running = set()
+        with contextlib.suppress(psutil.NoSuchProcess):  # standalone itself gone: none runs
+            for child in psutil.Process(self.process.pid).children():
+                with contextlib.suppress(psutil.NoSuchProcess, psutil.ZombieProcess):
+                    running.add(role_of(child.cmdline(), None))
         return {c: c in running for c in COMPONENTS}
 
     def diagnosis(self, dag_id: str) -> str:
@@ -114,7 +112,7 @@ class Standalone:
         )
 
 
-COMPONENTS = ("scheduler", "dag-processor", "api-server", "triggerer")
+COMPONENTS = ("scheduler", "dag_processor", "api_server", "triggerer")
 
 
 @pytest.fixture
