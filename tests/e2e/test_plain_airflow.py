@@ -29,7 +29,7 @@ from cdc_airflow.local.runs import MetadataDB, wait_for_dag_runs
 from cdc_pipeline.jvm import connect_address
 from cdc_tools.bench.processes import role_of
 from tests.e2e.test_airflow import land_hours, row
-from tests.helpers import Workspace, table_rows
+from tests.helpers import Workspace, stop_process_group, table_rows
 
 pytestmark = pytest.mark.slow
 
@@ -140,13 +140,7 @@ def standalone(tmp_path: Path, connect_server: Any) -> Iterator[Standalone]:
     try:
         yield Standalone(env, ws, log_path, process)
     finally:
-        if process.poll() is None:
-            os.killpg(process.pid, signal.SIGTERM)
-            try:
-                process.wait(timeout=60)
-            except subprocess.TimeoutExpired:
-                os.killpg(process.pid, signal.SIGKILL)
-                process.wait(timeout=10)
+        stop_process_group(process)
         # What outlived standalone in its group: the executor's workers of a scheduler that died
         # (they ignore SIGTERM and stay idle for good once their scheduler is gone).
         with contextlib.suppress(ProcessLookupError):
