@@ -121,18 +121,27 @@ def _die_with_parent() -> None:
     libc.prctl(1, signal.SIGTERM)  # 1 = PR_SET_PDEATHSIG
 
 
+CLASSPATH_KEY = "spark.driver.extraClassPath"
+
+
 def server_conf(
-    port: int, conf: Mapping[str, str] | None = None, host: str = BIND_ADDRESS
+    port: int,
+    conf: Mapping[str, str] | None = None,
+    host: str = BIND_ADDRESS,
+    master: str = "local[2]",
 ) -> dict[str, str]:
     """The server's Spark settings: the steps' JVM settings, the bind address, FAIR, `conf` last
     (its `spark.plugins` added to the Connect plugin, not in its place)."""
-    from spark_jobs.runtime.session import REQUIRED_SQL_CONF, static_conf
+    from spark_jobs.runtime.session import REQUIRED_SQL_CONF, driver_classpath, static_conf
 
     settings = {
         # A larger heap than Spark's 1g (cdc_pipeline.jvm says why); CDC_SPARK_DRIVER_MEMORY
         # (static_conf's) or `conf` wins.
         "spark.driver.memory": CONNECT_SERVER_MEMORY,
         **static_conf(),
+        # Without YARN's Hadoop defaults (not read off YARN): a third of each file read's and
+        # write's configuration to (de)serialise.
+        **driver_classpath(master),
         # Session defaults: every client session starts with the steps' SQL settings.
         **REQUIRED_SQL_CONF,
         **SERVER_ONLY_CONF,
@@ -140,7 +149,11 @@ def server_conf(
         "spark.connect.grpc.binding.port": str(port),
         "spark.app.name": "cdc-connect-server",
     }
+    ours = settings.get(CLASSPATH_KEY)
+    theirs = (conf or {}).get(CLASSPATH_KEY)
     settings.update(conf or {})
+    if ours and theirs and ours not in theirs.split(os.pathsep):
+        settings[CLASSPATH_KEY] = os.pathsep.join([ours, theirs])  # a user's own after it
     # A user's own plugins run beside the Connect plugin, which the server cannot serve without.
     plugins = [p.strip() for p in settings["spark.plugins"].split(",") if p.strip()]
     settings["spark.plugins"] = ",".join(dict.fromkeys([PLUGIN_CLASS, *plugins]))
@@ -235,7 +248,10 @@ def server_command(
     home = spark_home()
     command = [str(home / "bin" / "spark-submit"), "--master", master]
     # The driver program runs in this Python (pyspark installed), not whatever python3 is first.
-    settings = {"spark.pyspark.driver.python": sys.executable, **server_conf(port, conf, host)}
+    settings = {
+        "spark.pyspark.driver.python": sys.executable,
+        **server_conf(port, conf, host, master),
+    }
     for key, value in settings.items():
         command += ["--conf", f"{key}={value}"]
     command.append(str(DRIVER_PROGRAM))
@@ -266,7 +282,7 @@ def start(
     if port_open(BIND_ADDRESS, port):
         raise ConnectServerError(f"port {port} on {BIND_ADDRESS} is already in use")
     command, env = server_command(port, master, conf, host)
-    settings = server_conf(port, conf, host)
+    settings = server_conf(port, conf, host, master)
     log_path = log_path or Path(os.environ.get("TMPDIR", "/tmp")) / f"cdc-connect-{port}.log"
     log_path.parent.mkdir(parents=True, exist_ok=True)
     with log_path.open("ab") as log:

@@ -19,6 +19,7 @@ from cdc_pipeline.paths import spark_jars
 from spark_jobs.runtime.object_store import s3a_conf
 
 LOG4J_FILE = Path(__file__).parents[1] / "log4j2.properties"  # package data of spark_jobs
+HADOOP_DEFAULTS_DIR = Path(__file__).parent / "hadoop_defaults"  # package data of spark_jobs
 
 # Settings the Delta adapter and the transforms rely on; applied to any session, also one
 # that spark-submit created or a Connect server holds, because they are runtime SQL settings.
@@ -116,6 +117,18 @@ def static_conf() -> dict[str, str]:
     }
 
 
+def driver_classpath(master: str | None) -> dict[str, str]:
+    """The driver's extra classpath for `master`: ahead of Hadoop's jars, a folder whose empty
+    yarn-default.xml keeps YARN's defaults out of the driver's Hadoop configuration, for every
+    master but YARN (whose client reads them). That configuration travels with every file read
+    and write, a gzip stream per setting, and YARN's are 527 of its 1,122: without them each
+    (de)serialisation costs about a third (docs/performance-log.md). A JVM setting: it applies
+    where the driver starts (a classic session, a Connect server), not to a running session."""
+    if master is None or master.strip().lower().startswith("yarn"):
+        return {}
+    return {"spark.driver.extraClassPath": str(HADOOP_DEFAULTS_DIR)}
+
+
 def build_spark_session(
     app_name: str = "cdc", master: str | None = None, remote: str | None = None
 ) -> SparkSession:
@@ -154,9 +167,11 @@ def build_classic_session(app_name: str = "cdc", master: str | None = None) -> S
     os.environ.pop("SPARK_CONNECT_MODE_ENABLED", None)
     os.environ.update(utf8_locale(os.environ))  # the driver JVM starts with this environment
     builder = SparkSession.builder.appName(app_name)
+    jvm_conf = static_conf()
     if "PYSPARK_GATEWAY_PORT" not in os.environ:  # set when spark-submit runs this file
         builder = builder.master(master or spark_master())
-    for key, value in {**static_conf(), **REQUIRED_SQL_CONF}.items():
+        jvm_conf.update(driver_classpath(master or spark_master()))
+    for key, value in {**jvm_conf, **REQUIRED_SQL_CONF}.items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
     for key, value in {**REQUIRED_SQL_CONF, **s3a_conf()}.items():

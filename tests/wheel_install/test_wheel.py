@@ -225,7 +225,9 @@ def test_the_wheel_holds_every_module_the_log4j_file_and_the_entry_points(
     modules = wheel_modules(installed.wheel)
     assert modules == source_modules(installed.source)
     assert {m.split(".")[0] for m in modules} == set(PACKAGES)  # no tests, no dags, no plugins
-    assert "spark_jobs/log4j2.properties" in wheel_names(installed.wheel)
+    names = wheel_names(installed.wheel)
+    assert "spark_jobs/log4j2.properties" in names
+    assert "spark_jobs/runtime/hadoop_defaults/yarn-default.xml" in names
     entry_points = wheel_metadata(installed.wheel, "entry_points.txt")
     assert "cdc = cdc_tools.cli:console_main" in entry_points
     assert "provider_info = cdc_airflow.provider:get_provider_info" in entry_points
