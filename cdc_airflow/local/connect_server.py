@@ -121,9 +121,6 @@ def _die_with_parent() -> None:
     libc.prctl(1, signal.SIGTERM)  # 1 = PR_SET_PDEATHSIG
 
 
-CLASSPATH_KEY = "spark.driver.extraClassPath"
-
-
 def server_conf(
     port: int,
     conf: Mapping[str, str] | None = None,
@@ -149,11 +146,7 @@ def server_conf(
         "spark.connect.grpc.binding.port": str(port),
         "spark.app.name": "cdc-connect-server",
     }
-    ours = settings.get(CLASSPATH_KEY)
-    theirs = (conf or {}).get(CLASSPATH_KEY)
     settings.update(conf or {})
-    if ours and theirs and ours not in theirs.split(os.pathsep):
-        settings[CLASSPATH_KEY] = os.pathsep.join([ours, theirs])  # a user's own after it
     # A user's own plugins run beside the Connect plugin, which the server cannot serve without.
     plugins = [p.strip() for p in settings["spark.plugins"].split(",") if p.strip()]
     settings["spark.plugins"] = ",".join(dict.fromkeys([PLUGIN_CLASS, *plugins]))

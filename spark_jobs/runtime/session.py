@@ -118,15 +118,17 @@ def static_conf() -> dict[str, str]:
 
 
 def driver_classpath(master: str | None) -> dict[str, str]:
-    """The driver's extra classpath for `master`: ahead of Hadoop's jars, a folder whose empty
-    yarn-default.xml keeps YARN's defaults out of the driver's Hadoop configuration, for every
-    master but YARN (whose client reads them). That configuration travels with every file read
-    and write, a gzip stream per setting, and YARN's are 527 of its 1,122: without them each
-    (de)serialisation costs about a third (docs/performance-log.md). A JVM setting: it applies
-    where the driver starts (a classic session, a Connect server), not to a running session."""
+    """The driver's default extra classpath for `master`: ahead of Hadoop's jars, a folder whose
+    empty yarn-default.xml keeps YARN's defaults out of the driver's Hadoop configuration, for
+    every master but YARN (whose client reads them). That configuration travels with every file
+    read and write, a gzip stream per setting, and YARN's are 527 of its 1,122: without them
+    each (de)serialisation costs about a third (docs/performance-log.md). Spark's launcher puts
+    `spark.driver.defaultExtraClassPath` after a user's own `spark.driver.extraClassPath`, which
+    stays as it is, and both before Spark's jars. A JVM setting: it applies where the driver
+    starts (a classic session, a Connect server), not to a running session."""
     if master is None or master.strip().lower().startswith("yarn"):
         return {}
-    return {"spark.driver.extraClassPath": str(HADOOP_DEFAULTS_DIR)}
+    return {"spark.driver.defaultExtraClassPath": str(HADOOP_DEFAULTS_DIR)}
 
 
 def build_spark_session(

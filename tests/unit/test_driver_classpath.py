@@ -1,14 +1,12 @@
 """Which drivers get the folder that keeps YARN's Hadoop defaults out (driver_classpath), and
-how it joins a user's own classpath on the Connect server."""
+that a user's own driver classpath stays as it is beside it."""
 
 from __future__ import annotations
-
-import os
 
 from cdc_airflow.local import connect_server
 from spark_jobs.runtime.session import HADOOP_DEFAULTS_DIR, driver_classpath
 
-KEY = "spark.driver.extraClassPath"
+KEY = "spark.driver.defaultExtraClassPath"  # Spark's launcher: after extraClassPath
 
 
 def test_every_master_but_yarn_gets_the_folder_with_an_empty_yarn_default() -> None:
@@ -21,12 +19,11 @@ def test_every_master_but_yarn_gets_the_folder_with_an_empty_yarn_default() -> N
     assert "<configuration>\n</configuration>" in empty and "<property>" not in empty
 
 
-def test_the_connect_server_puts_the_folder_before_a_users_own_classpath() -> None:
+def test_the_connect_server_gets_the_folder_and_a_users_own_classpath_stays() -> None:
     assert connect_server.server_conf(15002)[KEY] == str(HADOOP_DEFAULTS_DIR)
-    theirs = connect_server.server_conf(15002, {KEY: "/opt/extra"})[KEY]
-    assert theirs == os.pathsep.join([str(HADOOP_DEFAULTS_DIR), "/opt/extra"])
-    again = connect_server.server_conf(15002, {KEY: theirs})[KEY]
-    assert again == theirs  # not twice
+    theirs = connect_server.server_conf(15002, {"spark.driver.extraClassPath": "/opt/extra"})
+    assert theirs["spark.driver.extraClassPath"] == "/opt/extra"
+    assert theirs[KEY] == str(HADOOP_DEFAULTS_DIR)
     assert KEY not in connect_server.server_conf(15002, master="yarn")
     command, _ = connect_server.server_command(15002, "spark://m:7077")
     assert f"{KEY}={HADOOP_DEFAULTS_DIR}" in command
