@@ -136,8 +136,8 @@ def server_conf(
         # (static_conf's) or `conf` wins.
         "spark.driver.memory": CONNECT_SERVER_MEMORY,
         **static_conf(),
-        # Without YARN's Hadoop defaults (not read off YARN): a third of each file read's and
-        # write's configuration to (de)serialise.
+        # Without YARN's Hadoop defaults (read by nothing off YARN): half the settings each file
+        # read and write carries, about a third of their (de)serialisation.
         **driver_classpath(master),
         # Session defaults: every client session starts with the steps' SQL settings.
         **REQUIRED_SQL_CONF,

@@ -171,8 +171,9 @@ def build_classic_session(app_name: str = "cdc", master: str | None = None) -> S
     builder = SparkSession.builder.appName(app_name)
     jvm_conf = static_conf()
     if "PYSPARK_GATEWAY_PORT" not in os.environ:  # set when spark-submit runs this file
-        builder = builder.master(master or spark_master())
-        jvm_conf.update(driver_classpath(master or spark_master()))
+        master = master or spark_master()
+        builder = builder.master(master)
+        jvm_conf.update(driver_classpath(master))
     for key, value in {**jvm_conf, **REQUIRED_SQL_CONF}.items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()

@@ -12,22 +12,22 @@ import pytest
 pytestmark = pytest.mark.spark
 
 
-def property_sources(spark: Any) -> dict[str, list[str]]:
-    """Each property of the driver's Hadoop configuration with the resources that set it."""
+def property_sources(spark: Any) -> dict[str, str]:
+    """Each property of the driver's Hadoop configuration with the resource that set it."""
     jvm = spark._jvm
     conf = spark._jsc.hadoopConfiguration()
     jvm.org.apache.hadoop.mapred.JobConf(conf)  # as Spark's writes do: MapReduce's defaults join
     writer = jvm.java.io.StringWriter()
     jvm.org.apache.hadoop.conf.Configuration.dumpConfiguration(conf, writer)
     dumped = json.loads(writer.toString())["properties"]
-    return {p["key"]: [p["resource"]] for p in dumped}
+    return {p["key"]: p["resource"] for p in dumped}
 
 
 def test_a_local_driver_has_no_yarn_defaults_and_keeps_core_and_mapreduce_ones(
     spark_classic: Any,
 ) -> None:
     sources = property_sources(spark_classic)
-    resources = {r for found in sources.values() for r in found}
+    resources = set(sources.values())
     assert "yarn-default.xml" not in resources, sorted(resources)
     assert {"core-default.xml", "mapred-default.xml"} <= resources
     conf = spark_classic._jsc.hadoopConfiguration()
