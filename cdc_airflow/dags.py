@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import sys
+from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
 
@@ -27,7 +28,30 @@ DEFAULT_ARGS = {
 }
 
 
-def build_task(plan: DagPlan, task: TaskPlan, config_path: Path) -> CdcStepOperator:
+@dataclass(frozen=True)
+class TaskSettings:
+    """What every task of one parse shares, worked out once a parse (globbing the jars folder
+    and locating PySpark per task took a third of a 65-table parse's CPU): the config, and how
+    a spark-submit task starts."""
+
+    config_path: str
+    spark_binary: str
+    env_vars: dict[str, str]
+    jars: str | None
+
+    @classmethod
+    def of(cls, config_path: Path) -> TaskSettings:
+        return cls(
+            config_path=str(config_path.resolve()),
+            spark_binary=str(Path(sys.executable).parent / "spark-submit"),
+            env_vars=spark_environment(config_path),
+            # The jars of CDC_SPARK_JARS or the checkout's jars/ (Delta Lake's reader), on
+            # spark-submit's driver too.
+            jars=",".join(str(j) for j in spark_jars()) or None,
+        )
+
+
+def build_task(plan: DagPlan, task: TaskPlan, settings: TaskSettings) -> CdcStepOperator:
     """One planned task as an operator of the current DAG context."""
     gated = {t.task_id: t.maintenance_schedule for t in plan.tasks if t.is_maintenance}
     return CdcStepOperator(
@@ -36,7 +60,7 @@ def build_task(plan: DagPlan, task: TaskPlan, config_path: Path) -> CdcStepOpera
         task_id=task.task_id,
         cdc_step=task.step,
         table=plan.table,
-        config_path=str(config_path.resolve()),
+        config_path=settings.config_path,
         maintenance_schedule=task.maintenance_schedule,
         is_maintenance=task.is_maintenance,
         application=str(SPARK_JOBS_DIR / f"{task.step}.py"),
@@ -44,19 +68,18 @@ def build_task(plan: DagPlan, task: TaskPlan, config_path: Path) -> CdcStepOpera
         conn_id=plan.conn_id,
         kafka_conn_id=plan.kafka_conn_id,
         name=f"cdc-{plan.table}-{task.task_id}",
-        spark_binary=str(Path(sys.executable).parent / "spark-submit"),
-        env_vars=spark_environment(config_path),
-        # The jars of CDC_SPARK_JARS or the checkout's jars/ (Delta Lake's reader), on
-        # spark-submit's driver too.
-        jars=",".join(str(j) for j in spark_jars()) or None,
+        spark_binary=settings.spark_binary,
+        env_vars=dict(settings.env_vars),
+        jars=settings.jars,
         max_active_tis_per_dag=1,
         trigger_rule="none_failed" if task.is_maintenance else "all_success",
         **task_arguments(plan, task),
     )
 
 
-def build_dag(plan: DagPlan, config_path: Path) -> DAG:
-    """The Airflow DAG of one planned table."""
+def build_dag(plan: DagPlan, config_path: Path, settings: TaskSettings | None = None) -> DAG:
+    """The Airflow DAG of one planned table (`settings`: the parse's, else worked out here)."""
+    settings = settings or TaskSettings.of(config_path)
     with DAG(
         dag_id=plan.dag_id,
         schedule=CronDataIntervalTimetable(cron_of(plan.schedule), timezone="UTC"),
@@ -72,7 +95,7 @@ def build_dag(plan: DagPlan, config_path: Path) -> DAG:
         },
         **dag_arguments(plan),
     ) as dag:
-        operators = {task.task_id: build_task(plan, task, config_path) for task in plan.tasks}
+        operators = {task.task_id: build_task(plan, task, settings) for task in plan.tasks}
         for upstream, downstream in plan.edges:
             operators[upstream] >> operators[downstream]
     return dag
@@ -85,11 +108,13 @@ def build_dags(config_path: Path | str | None = None) -> dict[str, DAG]:
     # A task process parses this file for its own DAG only: build just that one.
     wanted = get_parsing_context().dag_id
     dags: dict[str, DAG] = {}
+    settings: TaskSettings | None = None
     for name, table in sorted(result.tables.items()):
         if wanted is not None and table.dag_id != wanted:
             continue
         try:
-            dags[table.dag_id] = build_dag(plan_table_dag(table), path)
+            settings = settings or TaskSettings.of(path)
+            dags[table.dag_id] = build_dag(plan_table_dag(table), path, settings)
         except Exception:
             log.exception("table %s: its DAG could not be built", name)
     return dags

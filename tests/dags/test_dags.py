@@ -169,3 +169,24 @@ def test_overwrite_final_gates_every_maintenance_task(
     for task_id in gate.maintenance_after:
         assert dag.get_task(task_id).maintenance_after == {}
     assert dag.get_task("stage").maintenance_after == {}
+
+
+def test_every_task_of_a_parse_gets_the_jars_and_environment_worked_out_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The jars folder and PySpark are located once a parse (cdc_airflow.dags.TaskSettings);
+    every task still gets them, each in an environment of its own."""
+    jars = tmp_path / "jars"
+    jars.mkdir()
+    for name in ("b.jar", "a.jar", "notes.txt"):
+        (jars / name).write_text("")
+    monkeypatch.setenv("CDC_SPARK_JARS", str(jars))
+    config = write(tmp_path, [{**ROW, "name": f"table_{i}"} for i in range(2)])
+    from cdc_airflow.dags import build_dags
+
+    tasks = [task for dag in build_dags(config).values() for task in dag.tasks]
+    assert len(tasks) == 12
+    assert {t.submit.jars for t in tasks} == {f"{jars / 'a.jar'},{jars / 'b.jar'}"}
+    assert {t.submit.env_vars["CDC_CONFIG"] for t in tasks} == {str(config.resolve())}
+    assert {t.config_path for t in tasks} == {str(config.resolve())}
+    assert len({id(t.submit.env_vars) for t in tasks}) == 12  # one task's change stays its own
