@@ -46,6 +46,18 @@ SERVER_ONLY_CONF = {
     # default 100 holds not even two tables' and a cycle through more tables than the cache
     # holds evicts every class before its next use. 8192: about 100 tables of distinct schemas.
     "spark.sql.codegen.cache.maxEntries": "8192",
+    # HotSpot's optimising compiler (C2) later: a long-lived server's steps call Spark's planner,
+    # Connect and Parquet code a few times each, so by the default thresholds thousands of
+    # methods reach C2 over hundreds of runs, each compiled at great cost for a method that
+    # is warm, not hot: over runs 16-40 of one table, the compiler threads took 28.5 of the
+    # server's 62.7 CPU-s. Eight times the thresholds leave those at C1 and still give C2 the
+    # loops that read and write rows (a back edge counted per row): 8.5 of 39.4 CPU-s
+    # (docs/performance-log.md). The driver's default options: a user's
+    # `spark.driver.extraJavaOptions` comes after them and wins.
+    "spark.driver.defaultJavaOptions": (
+        "-XX:Tier4InvocationThreshold=40000 -XX:Tier4MinInvocationThreshold=4800"
+        " -XX:Tier4CompileThreshold=120000 -XX:Tier4BackEdgeThreshold=320000"
+    ),
 }
 
 

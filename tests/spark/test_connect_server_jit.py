@@ -1,0 +1,50 @@
+"""The Connect server's JVM starts with C2's thresholds raised (connect_server.SERVER_ONLY_CONF,
+`spark.driver.defaultJavaOptions`), ahead of the steps' own driver options, so that a user's
+`spark.driver.extraJavaOptions` comes after them and wins."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from typing import Any
+
+import pytest
+
+from cdc_airflow.local import connect_server
+
+pytestmark = pytest.mark.spark
+
+THRESHOLDS = {
+    "-XX:Tier4InvocationThreshold=40000",
+    "-XX:Tier4MinInvocationThreshold=4800",
+    "-XX:Tier4CompileThreshold=120000",
+    "-XX:Tier4BackEdgeThreshold=320000",
+}
+
+
+def java_arguments(server: Any) -> list[str]:
+    """The command line of the server's driver JVM (the java process of its process group)."""
+    group = os.getpgid(server.pid)
+    found = subprocess.run(
+        ["pgrep", "-g", str(group), "-x", "java"], capture_output=True, text=True, check=True
+    ).stdout.split()
+    assert len(found) == 1, found
+    with open(f"/proc/{found[0]}/cmdline", "rb") as f:
+        return f.read().decode().split("\0")
+
+
+def test_the_running_server_has_the_raised_thresholds_before_its_other_options(
+    connect_server: Any,
+) -> None:
+    arguments = java_arguments(connect_server)
+    assert set(arguments) >= THRESHOLDS, arguments
+    log4j = next(i for i, a in enumerate(arguments) if a.startswith("-Dlog4j2.configurationFile"))
+    assert max(arguments.index(t) for t in THRESHOLDS) < log4j  # extraJavaOptions come after
+
+
+def test_a_users_own_driver_options_stay_and_follow_the_thresholds() -> None:
+    settings = connect_server.server_conf(15002, {"spark.driver.extraJavaOptions": "-Xss4m"})
+    assert settings["spark.driver.extraJavaOptions"] == "-Xss4m"
+    assert set(settings["spark.driver.defaultJavaOptions"].split()) == THRESHOLDS
+    command, _ = connect_server.server_command(15002, "local[2]")
+    assert any(c.startswith("spark.driver.defaultJavaOptions=-XX:Tier4") for c in command)
