@@ -77,9 +77,8 @@ def build_task(plan: DagPlan, task: TaskPlan, settings: TaskSettings) -> CdcStep
     )
 
 
-def build_dag(plan: DagPlan, config_path: Path, settings: TaskSettings | None = None) -> DAG:
-    """The Airflow DAG of one planned table (`settings`: the parse's, else worked out here)."""
-    settings = settings or TaskSettings.of(config_path)
+def build_dag(plan: DagPlan, settings: TaskSettings) -> DAG:
+    """The Airflow DAG of one planned table, its tasks with the parse's `settings`."""
     with DAG(
         dag_id=plan.dag_id,
         schedule=CronDataIntervalTimetable(cron_of(plan.schedule), timezone="UTC"),
@@ -114,7 +113,7 @@ def build_dags(config_path: Path | str | None = None) -> dict[str, DAG]:
             continue
         try:
             settings = settings or TaskSettings.of(path)
-            dags[table.dag_id] = build_dag(plan_table_dag(table), path, settings)
+            dags[table.dag_id] = build_dag(plan_table_dag(table), settings)
         except Exception:
             log.exception("table %s: its DAG could not be built", name)
     return dags

@@ -4,8 +4,7 @@
 
 from __future__ import annotations
 
-import os
-import subprocess
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -23,14 +22,8 @@ THRESHOLDS = {
 
 
 def java_arguments(server: Any) -> list[str]:
-    """The command line of the server's driver JVM (the java process of its process group)."""
-    group = os.getpgid(server.pid)
-    found = subprocess.run(
-        ["pgrep", "-g", str(group), "-x", "java"], capture_output=True, text=True, check=True
-    ).stdout.split()
-    assert len(found) == 1, found
-    with open(f"/proc/{found[0]}/cmdline", "rb") as f:
-        return f.read().decode().split("\0")
+    """The command line of the server's driver JVM (spark-submit execs it: the server's pid)."""
+    return Path(f"/proc/{server.pid}/cmdline").read_bytes().decode().split("\0")
 
 
 def test_the_running_server_has_the_raised_thresholds_before_its_other_options(
