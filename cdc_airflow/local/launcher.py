@@ -110,6 +110,29 @@ def json_rows(output: str) -> list[dict[str, Any]]:
     raise RuntimeError(f"no JSON list in: {output[-2000:]}")
 
 
+def rest_call(
+    url: str, password: str, method: str, path: str, body: dict[str, Any] | None = None
+) -> Any:
+    """One call of the REST API v2 of the api-server at `url` as its admin user, with a token of
+    its own; the JSON answer."""
+    token_request = urllib.request.Request(
+        f"{url}/auth/token",
+        data=json.dumps({"username": "admin", "password": password}).encode(),
+        headers={"Content-Type": "application/json"},
+        method="POST",
+    )
+    with urllib.request.urlopen(token_request, timeout=120) as response:
+        token = json.loads(response.read())["access_token"]
+    request = urllib.request.Request(
+        f"{url}/api/v2{path}",
+        data=json.dumps(body).encode() if body is not None else None,
+        headers={"Content-Type": "application/json", "Authorization": f"Bearer {token}"},
+        method=method,
+    )
+    with urllib.request.urlopen(request, timeout=120) as response:
+        return json.loads(response.read())
+
+
 @dataclass
 class LocalAirflow:
     """An Airflow home with a given CDC config and data roots, reading the checkout's dags/ and
@@ -394,22 +417,7 @@ class LocalAirflow:
 
     def rest_once(self, method: str, path: str, body: dict[str, Any] | None = None) -> Any:
         """One REST API v2 call as admin (a token per call: these are a few calls per run)."""
-        token_request = urllib.request.Request(
-            f"{self.url}/auth/token",
-            data=json.dumps({"username": "admin", "password": self.admin_password()}).encode(),
-            headers={"Content-Type": "application/json"},
-            method="POST",
-        )
-        with urllib.request.urlopen(token_request, timeout=120) as response:
-            token = json.loads(response.read())["access_token"]
-        request = urllib.request.Request(
-            f"{self.url}/api/v2{path}",
-            data=json.dumps(body).encode() if body is not None else None,
-            headers={"Content-Type": "application/json", "Authorization": f"Bearer {token}"},
-            method=method,
-        )
-        with urllib.request.urlopen(request, timeout=120) as response:
-            return json.loads(response.read())
+        return rest_call(self.url, self.admin_password(), method, path, body)
 
     def stop(self) -> None:
         """Stop what this object started, by process group."""

@@ -37,6 +37,7 @@ import psutil
 import yaml
 
 from cdc_airflow.local.connect_server import free_port, port_open
+from cdc_airflow.local.launcher import rest_call
 from cdc_pipeline.paths import project_root
 from tests import postgres, s3
 from tests.helpers import stop_process_group
@@ -218,22 +219,7 @@ class Topology:
         """The api-server's REST answer as the admin user: what the UI and a user's scripts call,
         without an Airflow CLI start (10-20 s on a loaded machine) per call."""
         url = f"http://127.0.0.1:{self.ports['airflow-apiserver:8080']}"
-        login = {"username": "admin", "password": SECRETS["AIRFLOW_ADMIN_PASSWORD"]}
-        token = _json(
-            urllib.request.Request(
-                f"{url}/auth/token",
-                data=json.dumps(login).encode(),
-                headers={"Content-Type": "application/json"},
-                method="POST",
-            )
-        )["access_token"]
-        request = urllib.request.Request(
-            f"{url}/api/v2{path}",
-            data=json.dumps(body).encode() if body is not None else None,
-            headers={"Content-Type": "application/json", "Authorization": f"Bearer {token}"},
-            method=method,
-        )
-        return _json(request)
+        return rest_call(url, SECRETS["AIRFLOW_ADMIN_PASSWORD"], method, path, body)
 
     def metadata(self, query: str) -> list[dict[str, Any]]:
         """Rows of Airflow's metadata database (what the api-server would answer, read directly:
@@ -271,11 +257,6 @@ def _wait(what: str, ready: Any, timeout: float, topology: Topology, name: str) 
         if time.monotonic() > deadline:
             raise TimeoutError(f"{what} not ready in {timeout} s:\n{topology.log(name)}")
         time.sleep(2)
-
-
-def _json(request: urllib.request.Request) -> Any:
-    with urllib.request.urlopen(request, timeout=120) as response:
-        return json.loads(response.read())
 
 
 def _http_ok(url: str) -> bool:
