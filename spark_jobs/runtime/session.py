@@ -199,18 +199,34 @@ def build_connect_session(url: str, app_name: str = "cdc") -> SparkSession:
     # PySpark's own policy retries an unavailable server for over 10 minutes: a step whose server
     # died would hang that long. Bounded to about CDC_SPARK_CONNECT_TIMEOUT seconds of back-off.
     session.client.set_retry_policies([DefaultPolicy(**connect_retry_policy())])
-    for key, value in {
-        **REQUIRED_SQL_CONF,
-        "spark.sql.shuffle.partitions": shuffle_partitions(),
-        **s3a_conf(),  # where and as whom: this client's environment, not the server's
-    }.items():
-        session.conf.set(key, value)
+    set_session_conf(
+        session,
+        {
+            **REQUIRED_SQL_CONF,
+            "spark.sql.shuffle.partitions": shuffle_partitions(),
+            **s3a_conf(),  # where and as whom: this client's environment, not the server's
+        },
+    )
     # The app name is the server's; the session says whose it is with tags (job lists, and
     # interrupts: an Airflow task passes its own in CDC_SPARK_TAGS).
     for tag in [app_name, *os.environ.get("CDC_SPARK_TAGS", "").split(",")]:
         if tag:
             session.addTag(tag)
     return session  # type: ignore[no-any-return]
+
+
+def set_session_conf(session: Any, settings: dict[str, str]) -> None:
+    """Set `settings` on a Connect session in one request, as `spark.conf.set` does one at a
+    time (a request each, of every task: a step's session has seven or more). A setting the
+    server refuses fails the call, naming it, as `set` would; its warnings are warnings."""
+    import warnings
+
+    from pyspark.sql.connect.proto import ConfigRequest, KeyValue
+
+    pairs = [KeyValue(key=key, value=value) for key, value in settings.items()]
+    operation = ConfigRequest.Operation(set=ConfigRequest.Set(pairs=pairs))
+    for warning in session.client.config(operation).warnings:
+        warnings.warn(warning, stacklevel=2)
 
 
 CONNECT_TIMEOUT_ENV = "CDC_SPARK_CONNECT_TIMEOUT"

@@ -8,6 +8,7 @@ import os
 import stat
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -180,6 +181,19 @@ def test_the_local_deployment_runs_the_preloading_executor_and_every_preload_imp
     assert "spark_jobs.stage" in PRELOADED and "pyspark.sql.connect.session" in PRELOADED
     assert preload() == []
     assert preload(("cdc_airflow.no_such_module",)) == ["cdc_airflow.no_such_module"]
+
+
+def test_the_task_listeners_load_before_the_fork_with_no_thread_and_stay_loaded() -> None:
+    # Loaded in the scheduler before its workers fork, so a task process finds them loaded;
+    # forking is safe only if loading them started no thread.
+    from airflow.sdk.listener import get_listener_manager
+
+    from cdc_airflow.local.executor import load_listeners
+
+    threads = threading.active_count()
+    assert load_listeners()
+    assert threading.active_count() == threads
+    assert get_listener_manager.cache_info().currsize == 1  # what a task process's call returns
 
 
 def test_a_task_process_builds_its_dag_with_nothing_left_to_import() -> None:
