@@ -60,12 +60,23 @@ PRELOADED = (
     # Imported by every interval step before any Spark (whether it has work: the ledger, the
     # Kafka offsets), and by the Task SDK's runner and the Connect client on their way to the
     # step (its template environment's extensions, the asset metadata, the gRPC channel, the
-    # ledger's Acero query): 7-10% of a task process's CPU, sampled in a 65-table cycle.
+    # ledger's Acero query): about 10% of a task process's CPU, sampled in a 65-table cycle.
     "spark_jobs.status.pending_work",
     "jinja2.ext",
     "airflow.sdk.definitions.asset.metadata",
     "grpc._channel",
     "pyarrow.acero",
+    # The rest a task process imported after the fork in a cycle run with
+    # PYTHONPROFILEIMPORTTIME=1 (its task logs list them): the DAG file's module, the runner's
+    # timeout, cache, stats and version modules, and the partition expression's check over
+    # the change rows (with Connect's SQL formatter it uses).
+    "cdc_airflow.dag_files.tables",
+    "airflow.version",
+    "airflow.sdk.execution_time.timeout",
+    "airflow.sdk.execution_time.cache",
+    "airflow.sdk.observability.stats",
+    "spark_jobs.rules.expression_check",
+    "pyspark.sql.connect.sql_formatter",
 )
 
 

@@ -23,17 +23,14 @@ def test_a_steps_session_has_every_setting_the_steps_rely_on(
     try:
         wanted = {**REQUIRED_SQL_CONF, "spark.sql.shuffle.partitions": "3"}
         assert {key: session.conf.get(key) for key in wanted} == wanted
-        # The server's default differs from the steps' for every one of these but the time zone
-        # and the overwrite mode (checked here so that a setting never sent would show).
-        assert session.conf.get("spark.sql.sources.parallelPartitionDiscovery.threshold") == (
-            "100000"
-        )
+        # The server starts with the steps' SQL settings as its defaults (server_conf); the
+        # partitions, 2 on the test run's server, show that the session's request arrived.
     finally:
         session.stop()
 
 
-def test_a_refused_setting_fails_the_request_naming_it(
-    connect_server: Any, monkeypatch: pytest.MonkeyPatch
+def test_one_request_applies_every_setting_and_a_refused_one_fails_it_by_name(
+    connect_server: Any,
 ) -> None:
     from pyspark.sql.connect.session import SparkSession as ConnectSession
 
@@ -48,7 +45,14 @@ def test_a_refused_setting_fails_the_request_naming_it(
             )
         # The settings before the refused one are applied, as with one request each.
         assert session.conf.get("spark.sql.shuffle.partitions") == "5"
-        set_session_conf(session, {"spark.sql.shuffle.partitions": "6"})
-        assert session.conf.get("spark.sql.shuffle.partitions") == "6"
+        # Every setting of one request applies, each differing from the server's default.
+        settings = {
+            "spark.sql.shuffle.partitions": "6",
+            "spark.sql.session.timeZone": "Europe/Paris",
+            "spark.sql.ansi.enabled": "true",
+            "spark.sql.sources.parallelPartitionDiscovery.threshold": "77",
+        }
+        set_session_conf(session, settings)
+        assert {key: session.conf.get(key) for key in settings} == settings
     finally:
         session.stop()
