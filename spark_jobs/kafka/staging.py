@@ -127,7 +127,9 @@ def _read_and_commit(
     messages = read_messages(spark, properties, plan)
     read = read_json_changes(spark, context.table, messages.lines, messages.tombstones)
     delta.inject_fault("stage:before_first_write")
-    typed = type_read(context, interval, read, read.frame, staging, [plan.batch])
+    # A run read on the driver (tombstones counted there) is small enough for one task.
+    small = messages.tombstones is not None
+    typed = type_read(context, interval, read, read.frame, staging, [plan.batch], small=small)
     try:
         quarantined, quarantine_version = _commit_quarantine(context, typed, plan)
         delta.inject_fault("stage:before_staging_commit")

@@ -8,12 +8,16 @@ from typing import Any
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
-from cdc_pipeline.counts import OverwriteCounts
+from cdc_pipeline.counts import OverwriteCounts, count
 from spark_jobs import delta
 from spark_jobs.overwrite.final_table import evolve_to_staging, final_schema, partition_filters
 from spark_jobs.rules.transforms import FLAG, latest_arrival_per_key_and_sequence
 from spark_jobs.runtime.context import StepContext
 from spark_jobs.runtime.report import StepReport
+
+# Up to this many changes, and as many rows of final in the partitions they touch, one task
+# appends them (overwrite_final.ONE_TASK_ROWS for the upsert path).
+ONE_TASK_ROWS = 1_000_000
 
 
 def append_inserts(
@@ -25,16 +29,24 @@ def append_inserts(
     delta.ensure_table(paths.final, final_schema(changes.schema), partition_by)
     evolve_to_staging(context, changes.schema, report)
     identity = [*table.keys, *table.sequence_by]
-    fresh_candidates = latest_arrival_per_key_and_sequence(
-        changes, table.keys, table.sequence_by
-    ).drop(FLAG)
+    few = count(report.result.changes) <= ONE_TASK_ROWS
     partitions = None
     if table.partition_column:
-        partitions = delta.partition_values_of(changes, table.partition_column)
+        # Few changes: their partitions from one task (a distinct over one partition is no
+        # shuffle: two Spark jobs fewer).
+        placed = changes.coalesce(1) if few else changes
+        partitions = delta.partition_values_of(placed, table.partition_column)
 
     def attempt_append(attempt: int) -> int | None:
         final = delta.load_snapshot(paths.final)
         existing = delta.read_snapshot(spark, final, partitions=partitions, columns=identity)
+        # Few changes and few rows of final to compare them with: one task picks each event's
+        # latest arrival (no shuffle by key before the join).
+        rows = [f.num_records for f in final.files_in(partitions)]
+        one_task = few and None not in rows and sum(n or 0 for n in rows) <= ONE_TASK_ROWS
+        fresh_candidates = latest_arrival_per_key_and_sequence(
+            changes.coalesce(1) if one_task else changes, table.keys, table.sequence_by
+        ).drop(FLAG)
         fresh = fresh_candidates.join(existing, on=identity, how="left_anti")
         run_id = delta.new_run_id()
         plain = delta.plain_columns(paths.final, final.files)

@@ -132,6 +132,14 @@ def _holding(
         rows = typed.toArrow()  # metadata: at most LOCAL_KEYS_MAX keys, with their file names
         names = set(pc.unique(rows[delta.FILE_NAME_COLUMN]).to_pylist())
         found = rows.select(keys)
+    elif local_keys is not None:
+        # A row per key found (at most LOCAL_KEYS_MAX), not their distinct: a distinct is a
+        # shuffle, two Spark jobs more than the scan.
+        located_names = delta.with_known_schema(
+            located.select(delta.FILE_NAME_COLUMN),
+            [StructField(delta.FILE_NAME_COLUMN, StringType())],
+        )
+        names = set(pc.unique(located_names.toArrow()[0]).to_pylist())  # metadata: file names
     else:
         distinct = located.select(delta.FILE_NAME_COLUMN).distinct()
         names = {row[0] for row in distinct.collect()}  # metadata: file names, one per file

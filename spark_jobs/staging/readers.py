@@ -20,8 +20,13 @@ from spark_jobs.formats.reading import read_json_changes
 from spark_jobs.landing import LandingFile, ParquetPlan, Refusal
 from spark_jobs.rules.transforms import ARRIVAL, BATCH, FILE, ROW
 
+# Up to this many bytes of landed files (Spark's smallest split is 4 MB), a run is read in one
+# task: its text lines are numbered without a shuffle by file and its rows counted without one
+# (each shuffle is two Spark jobs more), at no cost in parallelism.
+ONE_TASK_BYTES = 4 * 1024 * 1024
 
-def _with_arrival(df: DataFrame, row_position: str) -> DataFrame:
+
+def _with_arrival(df: DataFrame, row_position: str, *, one_task: bool = False) -> DataFrame:
     """Add `_cdc_batch` (from the dt=/hr= folder), `_cdc_file` and `_cdc_row` to a file scan."""
     path = F.col("_metadata.file_path")
     pattern = HOUR_FOLDER_PATTERN + r"/[^/]*$"
@@ -50,6 +55,10 @@ def _with_arrival(df: DataFrame, row_position: str) -> DataFrame:
         F.col("_metadata.file_block_start").alias("__block"),
         F.monotonically_increasing_id().alias("__scan_id"),
     )
+    if one_task:
+        # One partition already groups every file's lines: the numbering needs no shuffle. (The
+        # ids are still increasing within each split: the one task reads them in turn.)
+        scanned = scanned.coalesce(1)
     window = Window.partitionBy("__path").orderBy("__block", "__scan_id")
     return scanned.withColumn(ROW, F.row_number().over(window) - 1).drop(
         "__path", "__block", "__scan_id"
@@ -65,14 +74,18 @@ def read_landing(
     """The change rows of `files` as read (csv/json values as text) with arrival columns;
     Parquet files as `parquet` groups them (probed here when not given)."""
     paths = [landing.spark_path(f.path) for f in files]
+    one_task = sum(f.size for f in files) <= ONE_TASK_BYTES
     if table.file_format == "json":
-        lines = _with_arrival(spark.read.text(paths), "scan")
+        lines = _with_arrival(spark.read.text(paths), "scan", one_task=one_task)
         return read_json_changes(spark, table, lines)
     if table.file_format == "parquet":
         return _read_parquet(spark, table, files, parquet)
     # CSV: each line parsed against its file's header (spark_jobs/formats/csv.py).
     return read_csv_changes(
-        spark, table, [f.path for f in files], lambda df: _with_arrival(df, "scan")
+        spark,
+        table,
+        [f.path for f in files],
+        lambda df: _with_arrival(df, "scan", one_task=one_task),
     )
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from decimal import Decimal
+from typing import Any
 
 import pytest
 
@@ -842,3 +843,106 @@ def test_an_optimize_landing_between_read_and_commit_leaves_no_key_twice(
     assert after < before  # the OPTIMIZE did compact files the run had read
     assert applied.counts["attempts"] == 2
     assert table_rows(final, columns) == sorted(expected, key=repr)
+
+
+EVENTS = {
+    "name": "ev",
+    "file_format": "json",
+    "columns": {"EVENT_ID": "string", "EVENT_TIME": "timestamp", "KIND": "string"},
+    "keys": ["EVENT_ID"],
+    "sequence_by": ["EVENT_TIME"],
+    "partition_expression": "to_date(EVENT_TIME)",
+    "partition_column": "EVENT_DATE",
+    "insert_only": True,
+}
+
+
+def _multi_stage_jobs(spark: Any, group: str) -> list[tuple[int, list[int]]]:
+    """The jobs of a job group with more than one stage: a shuffle (a job's list names the
+    stages it depends on, skipped ones too)."""
+    tracker = spark.sparkContext.statusTracker()
+    found = []
+    for job in tracker.getJobIdsForGroup(group):
+        info = tracker.getJobInfo(job)
+        if info is not None and len(info.stageIds) > 1:
+            found.append((job, list(info.stageIds)))
+            data = spark._jsc.sc().statusStore().job(job)
+            print("DEBUGJOB", job, data.name(), str(data.description())[:300])
+    return found
+
+
+# Spark's own job bookkeeping through `sparkContext`, as above: classic sessions only.
+@pytest.mark.classic_only
+@pytest.mark.parametrize("kind", ["partitioned", "unpartitioned", "insert_only"])
+def test_a_small_run_shuffles_nothing(spark: Any, workspace: Workspace, kind: str) -> None:
+    """A run of a few changes (the operating point's 15-minute run) stages and applies them
+    without a shuffle: each count, distinct and ranking of so few rows runs in one task (a
+    shuffle is two Spark jobs more, each a round of planning and scheduling), and the result is
+    exact."""
+    if kind == "insert_only":
+        table = workspace.configure(EVENTS)["ev"]
+        first = [event_row("a", "2024-01-01T23:10:00Z"), event_row("b", "2024-01-01T23:20:00Z")]
+        second = [
+            event_row("a", "2024-01-01T23:10:00Z"),  # re-sent
+            event_row("a", "2024-01-02T00:05:00Z"),
+            event_row("a", "2024-01-02T00:05:00Z"),  # the same event twice in the run
+            event_row("c", "2024-01-02T00:06:00Z", "buy"),
+        ]
+        workspace.land("ev", "2024-01-01T23", "a.json", first, file_format="json")
+        workspace.land("ev", "2024-01-02T00", "a.json", second, file_format="json")
+        columns = ["EVENT_ID", "EVENT_TIME", "KIND"]
+        expected = [
+            ("a", ts("2024-01-01T23:10:00Z"), "click"),
+            ("a", ts("2024-01-02T00:05:00Z"), "click"),
+            ("b", ts("2024-01-01T23:20:00Z"), "click"),
+            ("c", ts("2024-01-02T00:06:00Z"), "buy"),
+        ]
+    elif kind == "partitioned":
+        table = workspace.configure(YEARLY)["orders"]
+        first = [
+            order("I", 101, 1, "01/01/2020", "1.00", "2024-01-01 23:00:00"),
+            order("I", 201, 1, "01/01/2021", "2.00", "2024-01-01 23:00:00"),
+            order("I", 202, 1, "01/02/2021", "3.00", "2024-01-01 23:00:00"),
+        ]
+        second = [
+            order("U", 101, 1, "01/01/2020", "1.50", "2024-01-02 00:01:00"),
+            order("U", 201, 1, "05/05/2022", "2.50", "2024-01-02 00:02:00"),  # moves to 2022
+            order("D", 202, 1, None, None, "2024-01-02 00:03:00"),  # key-only delete
+            order("I", 301, 1, "01/01/2022", "4.00", "2024-01-02 00:04:00"),
+        ]
+        workspace.land("orders", "2024-01-01T23", "a.csv", first)
+        workspace.land("orders", "2024-01-02T00", "a.csv", second)
+        columns = ["ORDER_ID", "CREATE_DATE", "AMOUNT", "CREATE_DATE_YEAR"]
+        expected = [
+            (101, "01/01/2020", Decimal("1.50"), 2020),
+            (201, "05/05/2022", Decimal("2.50"), 2022),
+            (301, "01/01/2022", Decimal("4.00"), 2022),
+        ]
+    else:
+        table = workspace.configure(SEED)["t"]
+        first = [row("I", n, n, "2024-01-01 23:00:00") for n in (1, 2, 3)]
+        second = [
+            row("U", 1, 10, "2024-01-02 00:01:00"),
+            row("U", 1, 11, "2024-01-02 00:02:00"),
+            row("D", 2, None, "2024-01-02 00:03:00"),
+            row("I", 4, 4, "2024-01-02 00:04:00"),
+        ]
+        workspace.land("t", "2024-01-01T23", "a.csv", first)
+        workspace.land("t", "2024-01-02T00", "a.csv", second)
+        columns = ["ID", "VALUE"]
+        expected = [(1, 11), (3, 3), (4, 4)]
+    run(spark, workspace, table, "2024-01-01T23", "2024-01-02T00")
+    group = f"small-run-{kind}"
+    spark.sparkContext.setJobGroup(group, group)
+    try:
+        run(spark, workspace, table, "2024-01-02T00", "2024-01-02T01")
+        shuffles = _multi_stage_jobs(spark, group)
+        jobs = spark.sparkContext.statusTracker().getJobIdsForGroup(group)
+    finally:
+        spark.sparkContext.setLocalProperty("spark.jobGroup.id", None)  # type: ignore[arg-type]
+    assert jobs and shuffles == []
+    assert table_rows(workspace.paths(table.name).final, columns) == sorted(expected, key=repr)
+
+
+def event_row(id_: str, when: str, kind: str = "click") -> dict:
+    return {"EVENT_ID": id_, "EVENT_TIME": when, "KIND": kind}
