@@ -10,6 +10,7 @@ import pytest
 from spark_jobs.reset_staging import run_reset_staging
 from tests.helpers import Workspace, files_by_partition, table_rows, ts
 from tests.spark.steps import context, run
+from tests.spark.test_stage import EVENTS, event
 
 pytestmark = pytest.mark.spark
 
@@ -845,18 +846,6 @@ def test_an_optimize_landing_between_read_and_commit_leaves_no_key_twice(
     assert table_rows(final, columns) == sorted(expected, key=repr)
 
 
-EVENTS = {
-    "name": "ev",
-    "file_format": "json",
-    "columns": {"EVENT_ID": "string", "EVENT_TIME": "timestamp", "KIND": "string"},
-    "keys": ["EVENT_ID"],
-    "sequence_by": ["EVENT_TIME"],
-    "partition_expression": "to_date(EVENT_TIME)",
-    "partition_column": "EVENT_DATE",
-    "insert_only": True,
-}
-
-
 def _multi_stage_jobs(spark: Any, group: str) -> list[tuple[int, list[int]]]:
     """The jobs of a job group with more than one stage: a shuffle (a job's list names the
     stages it depends on, skipped ones too)."""
@@ -881,12 +870,12 @@ def test_a_small_run_shuffles_nothing(spark: Any, workspace: Workspace, kind: st
     exact."""
     if kind == "insert_only":
         table = workspace.configure(EVENTS)["ev"]
-        first = [event_row("a", "2024-01-01T23:10:00Z"), event_row("b", "2024-01-01T23:20:00Z")]
+        first = [event("a", "2024-01-01T23:10:00Z"), event("b", "2024-01-01T23:20:00Z")]
         second = [
-            event_row("a", "2024-01-01T23:10:00Z"),  # re-sent
-            event_row("a", "2024-01-02T00:05:00Z"),
-            event_row("a", "2024-01-02T00:05:00Z"),  # the same event twice in the run
-            event_row("c", "2024-01-02T00:06:00Z", "buy"),
+            event("a", "2024-01-01T23:10:00Z"),  # re-sent
+            event("a", "2024-01-02T00:05:00Z"),
+            event("a", "2024-01-02T00:05:00Z"),  # the same event twice in the run
+            event("c", "2024-01-02T00:06:00Z", "buy"),
         ]
         workspace.land("ev", "2024-01-01T23", "a.json", first, file_format="json")
         workspace.land("ev", "2024-01-02T00", "a.json", second, file_format="json")
@@ -942,7 +931,3 @@ def test_a_small_run_shuffles_nothing(spark: Any, workspace: Workspace, kind: st
         spark.sparkContext.setLocalProperty("spark.jobGroup.id", None)  # type: ignore[arg-type]
     assert jobs and shuffles == []
     assert table_rows(workspace.paths(table.name).final, columns) == sorted(expected, key=repr)
-
-
-def event_row(id_: str, when: str, kind: str = "click") -> dict:
-    return {"EVENT_ID": id_, "EVENT_TIME": when, "KIND": kind}
