@@ -36,8 +36,10 @@ from spark_jobs.overwrite import applied, catalog, history, ranking_sql
 from spark_jobs.overwrite.absent import fill_absent
 from spark_jobs.overwrite.append_only import append_inserts
 from spark_jobs.overwrite.final_table import (
+    ONE_TASK_ROWS,
     evolve_to_staging,
     final_schema,
+    fits_one_task,
     partition_filters,
     tombstone_schema,
 )
@@ -85,10 +87,6 @@ BROADCAST_CHANGES_MAX = 1_000_000
 # the key-range checks) and the changes are not cached; above it the keys are a cached distinct
 # of the changes.
 LOCAL_KEYS_MAX = 100_000
-# Up to this many rows read for the ranking (the changes, the rows of final's files that hold a
-# changed key, the remembered deletes' files), one task ranks them: no shuffle by key before the
-# ranking and none by partition after it, two Spark jobs fewer than spreading them over tasks.
-ONE_TASK_ROWS = 1_000_000
 
 
 @dataclass
@@ -253,10 +251,7 @@ def _in_one_task(
     all by the files' own counts. A recompute, a truncate or a large change set spreads them."""
     if replaced is None or changed.local is None:
         return False
-    counts = [f.num_records for f in (*replaced, *remembered)]
-    if any(n is None for n in counts):
-        return False
-    return changed.local.num_rows + sum(n or 0 for n in counts) <= ONE_TASK_ROWS
+    return fits_one_task(changed.local.num_rows, [*replaced, *remembered], ONE_TASK_ROWS)
 
 
 def _columns(snapshot: delta.Snapshot, rows: DataFrame) -> list[str]:

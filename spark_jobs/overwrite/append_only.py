@@ -10,14 +10,16 @@ from pyspark.sql import functions as F
 
 from cdc_pipeline.counts import OverwriteCounts, count
 from spark_jobs import delta
-from spark_jobs.overwrite.final_table import evolve_to_staging, final_schema, partition_filters
+from spark_jobs.overwrite.final_table import (
+    ONE_TASK_ROWS,
+    evolve_to_staging,
+    final_schema,
+    fits_one_task,
+    partition_filters,
+)
 from spark_jobs.rules.transforms import FLAG, latest_arrival_per_key_and_sequence
 from spark_jobs.runtime.context import StepContext
 from spark_jobs.runtime.report import StepReport
-
-# Up to this many changes, and as many rows of final in the partitions they touch, one task
-# appends them (overwrite_final.ONE_TASK_ROWS for the upsert path).
-ONE_TASK_ROWS = 1_000_000
 
 
 def append_inserts(
@@ -29,7 +31,8 @@ def append_inserts(
     delta.ensure_table(paths.final, final_schema(changes.schema), partition_by)
     evolve_to_staging(context, changes.schema, report)
     identity = [*table.keys, *table.sequence_by]
-    few = count(report.result.changes) <= ONE_TASK_ROWS
+    changes_count = count(report.result.changes)
+    few = changes_count <= ONE_TASK_ROWS
     partitions = None
     if table.partition_column:
         # Few changes: their partitions from one task (a distinct over one partition is no
@@ -42,8 +45,7 @@ def append_inserts(
         existing = delta.read_snapshot(spark, final, partitions=partitions, columns=identity)
         # Few changes and few rows of final to compare them with: one task picks each event's
         # latest arrival (no shuffle by key before the join).
-        rows = [f.num_records for f in final.files_in(partitions)]
-        one_task = few and None not in rows and sum(n or 0 for n in rows) <= ONE_TASK_ROWS
+        one_task = fits_one_task(changes_count, final.files_in(partitions))
         fresh_candidates = latest_arrival_per_key_and_sequence(
             changes.coalesce(1) if one_task else changes, table.keys, table.sequence_by
         ).drop(FLAG)

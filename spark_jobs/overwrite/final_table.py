@@ -3,6 +3,7 @@ staging's), their schema evolution to staging's, and the partition filter of a r
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
 from pyspark.sql.types import StructType
@@ -14,6 +15,18 @@ from spark_jobs.rules.transforms import ABSENT, ARRIVAL, FLAG
 from spark_jobs.runtime.context import StepContext
 from spark_jobs.runtime.notices import warn
 from spark_jobs.runtime.report import StepReport
+
+# Up to this many rows read in all, one task does a run's ranking (overwrite-final's changes and
+# the rows of the files it reads; the insert-only path's changes and final's identities): no
+# shuffle by key before it and none by partition after it, two Spark jobs fewer each.
+ONE_TASK_ROWS = 1_000_000
+
+
+def fits_one_task(rows: int, files: Iterable[delta.DataFile], limit: int = ONE_TASK_ROWS) -> bool:
+    """Whether `rows` and the rows of `files` (by the files' own counts; a file without one
+    never fits) are at most `limit` in all."""
+    counts = [f.num_records for f in files]
+    return None not in counts and rows + sum(n or 0 for n in counts) <= limit
 
 
 def final_schema(staging_schema: StructType) -> StructType:

@@ -26,6 +26,11 @@ from spark_jobs.rules.transforms import ARRIVAL, BATCH, FILE, ROW
 ONE_TASK_BYTES = 4 * 1024 * 1024
 
 
+def read_in_one_task(files: Sequence[LandingFile]) -> bool:
+    """Whether a run's landed files are few enough bytes to read in one task."""
+    return sum(f.size for f in files) <= ONE_TASK_BYTES
+
+
 def _with_arrival(df: DataFrame, row_position: str, *, one_task: bool = False) -> DataFrame:
     """Add `_cdc_batch` (from the dt=/hr= folder), `_cdc_file` and `_cdc_row` to a file scan."""
     path = F.col("_metadata.file_path")
@@ -74,7 +79,7 @@ def read_landing(
     """The change rows of `files` as read (csv/json values as text) with arrival columns;
     Parquet files as `parquet` groups them (probed here when not given)."""
     paths = [landing.spark_path(f.path) for f in files]
-    one_task = sum(f.size for f in files) <= ONE_TASK_BYTES
+    one_task = read_in_one_task(files)
     if table.file_format == "json":
         lines = _with_arrival(spark.read.text(paths), "scan", one_task=one_task)
         return read_json_changes(spark, table, lines)

@@ -43,9 +43,9 @@ from spark_jobs.staging.commit import refuse_batch
 from spark_jobs.staging.notices import warn
 from spark_jobs.staging.plan import StagePlan, StageRows, check_extract_files, files_in
 from spark_jobs.staging.readers import (
-    ONE_TASK_BYTES,
     arrival_names,
     files_spark_cannot_read,
+    read_in_one_task,
     read_landing,
 )
 
@@ -200,7 +200,7 @@ def _typed_changes(
     to_read, snapshot_batch = plan.to_read, plan.snapshot_batch
     read, raw = _read_files(context, to_read, plan.parquet, snapshot_batch)
     batches = sorted({f.batch for f in to_read})
-    small = sum(f.size for f in to_read) <= ONE_TASK_BYTES
+    small = read_in_one_task(to_read)
     done = type_read(context, interval, read, raw, plan.staging, batches, small=small)
     good, found, release = done.good, done.found, done.release
     if snapshot_batch is not None:

@@ -855,8 +855,6 @@ def _multi_stage_jobs(spark: Any, group: str) -> list[tuple[int, list[int]]]:
         info = tracker.getJobInfo(job)
         if info is not None and len(info.stageIds) > 1:
             found.append((job, list(info.stageIds)))
-            data = spark._jsc.sc().statusStore().job(job)
-            print("DEBUGJOB", job, data.name(), str(data.description())[:300])
     return found
 
 
