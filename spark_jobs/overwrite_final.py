@@ -49,7 +49,7 @@ from spark_jobs.overwrite.key_lookup import (
     changed_keys_on_driver,
     files_holding_keys,
     files_in_key_ranges,
-    with_broadcast_hint,
+    with_keys,
 )
 from spark_jobs.overwrite.truncates import Cut, at_or_after, truncate_cut
 from spark_jobs.rules.transforms import (
@@ -182,8 +182,8 @@ def plan_rewrite(
 
     Only the changed keys are ranked (in one task when few rows are read for it, else a
     shuffle the size of the change set); the other rows of the files replaced are copied
-    through a map-side anti join (broadcast keys when they are few enough), without a shuffle
-    or sort. `attempt` > 1 is a recompute after another commit landed first: it looks up every
+    through a filter by the changed keys' values when few, else a map-side anti join
+    (broadcast keys when they are few enough), without a shuffle or sort. `attempt` > 1 is a recompute after another commit landed first: it looks up every
     key and ranks every row of the touched partitions, so it also heals any key left twice
     there.
     """
@@ -200,19 +200,16 @@ def plan_rewrite(
     # them: cheap insurance against rows doubled by a writer that is not this step, such as an
     # OPTIMIZE racing an overwrite that was not exclusive.
     heal = attempt > 1
-    small_keys = with_broadcast_hint(changed.frame, broadcast=changed.broadcast)
-    remembered, tombstone_columns, remembered_files = _remembered(
-        context, tombstones, changed, small_keys
-    )
+    remembered, tombstone_columns, remembered_files = _remembered(context, tombstones, changed)
     present = (_columns(final, final_rows), tombstone_columns)
-    current = final_rows if heal else final_rows.join(small_keys, on=keys, how="left_semi")
+    current = final_rows if heal else _with_changed_keys(final_rows, changed, keys, "left_semi")
     candidates = _candidates(changes, change_columns, current, remembered, present)
     one_task = _in_one_task(changed, replaced, remembered_files)
     if one_task:
         candidates = candidates.coalesce(1)
     filled, winners, observation = _ranked(table, candidates, changes, change_columns)
     output = _routed_output(
-        table, winners, final_rows, small_keys, change_columns, heal=heal, one_task=one_task
+        table, winners, final_rows, changed, change_columns, heal=heal, one_task=one_task
     )
     if moved and cut is not None and cut.rows is not None:
         # Remembered (keys null) so later runs drop changes ordered before it.
@@ -225,12 +222,21 @@ def plan_rewrite(
     return Plan(touched, output, filled, observation, winners, forced=moved, replaced=replaced)
 
 
+def _with_changed_keys(
+    frame: DataFrame, changed: ChangedKeys, keys: list[str], how: str
+) -> DataFrame:
+    """`frame`'s rows of a changed key (`how="left_semi"`) or of another (`"left_anti"`)."""
+    return with_keys(
+        frame, changed.frame, changed.local, keys, broadcast=changed.broadcast, how=how
+    )
+
+
 def _remembered(
-    context: StepContext, tombstones: delta.Snapshot, changed: ChangedKeys, keys: DataFrame
+    context: StepContext, tombstones: delta.Snapshot, changed: ChangedKeys
 ) -> tuple[DataFrame, list[str], list[delta.DataFile]]:
-    """The remembered deletes of the changed keys (`keys`), the tombstones' columns and the
-    files read. Only the files whose key ranges can hold a changed key are read (keys on the
-    driver); with none, no join either."""
+    """The remembered deletes of the changed keys, the tombstones' columns and the files read.
+    Only the files whose key ranges can hold a changed key are read (keys on the driver); with
+    none, no join either."""
     files = tombstones.files
     if changed.local is not None:
         files = files_in_key_ranges(files, changed.local)
@@ -238,7 +244,8 @@ def _remembered(
     columns = _columns(tombstones, rows)
     if not files:
         return rows, columns, files
-    return rows.join(keys, on=list(context.table.keys), how="left_semi"), columns, files
+    keys = list(context.table.keys)
+    return _with_changed_keys(rows, changed, keys, "left_semi"), columns, files
 
 
 def _in_one_task(
@@ -356,7 +363,7 @@ def _routed_output(
     table: TableConfig,
     winners: DataFrame,
     final_rows: DataFrame,
-    small_keys: DataFrame,
+    changed: ChangedKeys,
     change_columns: list[str],
     *,
     heal: bool,
@@ -378,7 +385,7 @@ def _routed_output(
         # (the new tombstones, partition null, in one more).
         ranked = ranked.repartition(table.partition_column)
     unchanged = (
-        final_rows.limit(0) if heal else final_rows.join(small_keys, on=keys, how="left_anti")
+        final_rows.limit(0) if heal else _with_changed_keys(final_rows, changed, keys, "left_anti")
     ).selectExpr(*ranking_sql.names(output_columns), f"'final' AS {quoted(ROUTE)}")
     # Both tables' rows in one frame, written by one Spark job (the same columns in the same
     # order: a union by position).

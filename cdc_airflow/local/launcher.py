@@ -232,13 +232,10 @@ class LocalAirflow:
             AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS="admin:admin",
             AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE=str(self.passwords_file),
             AIRFLOW__SCHEDULER__SCHEDULER_HEARTBEAT_SEC="2",
-            # A task's supervisor can miss its process's exit when the process's pipes close first,
-            # and then notices it only at its next heartbeat: 5 s by default, during which the
-            # executor slot stays taken (17-27 of a 65-table cycle's 130 tasks; 0.7-1.1 s per task).
-            # Every second instead: at most 1 s, for one more small API call per second per task.
-            # (The executor now sees such an exit at once, cdc_airflow/local/executor.py; this bounds the
-            # wait where its patch of the supervisor does not apply.)
-            AIRFLOW__WORKERS__MIN_HEARTBEAT_INTERVAL="1",
+            # A task's supervisor heartbeats every `[workers] min_heartbeat_interval` (5 s): it once
+            # also noticed its process's exit only then, so this was 1 s; the executor now sees the
+            # exit at once (cdc_airflow/local/executor.py), and a 1 s heartbeat was an API call and
+            # a database write more per second of every task.
             AIRFLOW__DAG_PROCESSOR__REFRESH_INTERVAL="5",
             AIRFLOW__DAG_PROCESSOR__MIN_FILE_PROCESS_INTERVAL="30",
             AIRFLOW_CONN_SPARK_DEFAULT=self.spark_default,
