@@ -183,9 +183,9 @@ def plan_rewrite(
     Only the changed keys are ranked (in one task when few rows are read for it, else a
     shuffle the size of the change set); the other rows of the files replaced are copied
     through a filter by the changed keys' values when few, else a map-side anti join
-    (broadcast keys when they are few enough), without a shuffle or sort. `attempt` > 1 is a recompute after another commit landed first: it looks up every
-    key and ranks every row of the touched partitions, so it also heals any key left twice
-    there.
+    (broadcast keys when they are few enough), without a shuffle or sort. `attempt` > 1 is a
+    recompute after another commit landed first: it looks up every key and ranks every row of
+    the touched partitions, so it also heals any key left twice there.
     """
     table = context.table
     keys = list(table.keys)

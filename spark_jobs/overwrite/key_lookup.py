@@ -318,11 +318,9 @@ def changed_keys_on_driver(
     """The changed keys as Arrow, and their partitions, from one Spark job over the changes;
     for the joins, the changes' key columns.
 
-    For at most LOCAL_KEYS_MAX changes: their key ranges are checked on the driver. Up to
-    KEY_SET_MAX keys of one column pick their rows by value (`with_keys`); otherwise the joins
-    read the keys from the staging files again (a few milliseconds) rather than from a local
-    relation of them: Spark analyses a local relation's rows at every analysis of a plan naming
-    it, several times a run. And not their distinct: every join of them is a semi or anti join,
+    For at most LOCAL_KEYS_MAX changes: their key ranges are checked on the driver. Beyond
+    `with_keys`'s values, the joins read the keys from the staging files again rather than
+    from a local relation: Spark analyses its rows at every analysis of a plan naming it. And not their distinct: every join of them is a semi or anti join,
     which a key named twice leaves as it is, and a distinct is a shuffle, two more jobs before
     each broadcast of them.
     """
