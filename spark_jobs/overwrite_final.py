@@ -227,7 +227,7 @@ def _with_changed_keys(
 ) -> DataFrame:
     """`frame`'s rows of a changed key (`how="left_semi"`) or of another (`"left_anti"`)."""
     return with_keys(
-        frame, changed.frame, changed.local, keys, broadcast=changed.broadcast, how=how
+        frame, changed.frame, changed.match, keys, broadcast=changed.broadcast, how=how
     )
 
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any
 
 import pyarrow as pa
@@ -50,6 +51,12 @@ class ChangedKeys:
     lookup_local: pa.Table | None  # the same on the driver, with `local`
     broadcast: bool  # few enough to send to every task
     key_schema: StructType | None = None  # the key columns' types, when known without asking Spark
+
+    @cached_property
+    def match(self) -> Column | None:
+        """`key_set` of the changed keys, made once for every use in a run; None on the Spark
+        path or where they are joined."""
+        return None if self.local is None else key_set(self.local, self.local.column_names)
 
     def release(self) -> None:
         """Drop the cached frames (the Spark path)."""
@@ -137,7 +144,7 @@ def _holding(
             context.spark, final, columns=keys, with_file_name=True, files=candidates
         ),
         keys_df,
-        local_keys,
+        key_set(local_keys, keys),
         keys,
         broadcast=broadcast,
         how="left_semi",
@@ -251,17 +258,16 @@ def key_set(local: pa.Table | None, keys: Sequence[str]) -> Column | None:
 def with_keys(
     frame: DataFrame,
     keys_df: DataFrame,
-    local: pa.Table | None,
+    match: Column | None,
     keys: Sequence[str],
     *,
     broadcast: bool,
     how: str,
 ) -> DataFrame:
     """`frame`'s rows whose key is (`how="left_semi"`) or is not (`"left_anti"`) one of the
-    changed keys `keys_df` (`local`: the same on the driver, or None). Few keys of one column
-    are a filter by value (`key_set`), which the scan's own task applies; a join with their
-    frame, even broadcast, is a Spark job more that reads them again."""
-    match = key_set(local, keys)
+    changed keys `keys_df`. With `match` (their `key_set`) a filter by value, which the scan's
+    own task applies; else a join with their frame, which, even broadcast, is a Spark job more
+    that reads them again."""
     if match is None:
         hinted = with_broadcast_hint(keys_df, broadcast=broadcast)
         return frame.join(hinted, on=list(keys), how=how)
@@ -319,10 +325,10 @@ def changed_keys_on_driver(
     for the joins, the changes' key columns.
 
     For at most LOCAL_KEYS_MAX changes: their key ranges are checked on the driver. Beyond
-    `with_keys`'s values, the joins read the keys from the staging files again rather than
-    from a local relation: Spark analyses its rows at every analysis of a plan naming it. And not their distinct: every join of them is a semi or anti join,
-    which a key named twice leaves as it is, and a distinct is a shuffle, two more jobs before
-    each broadcast of them.
+    `key_set`'s values, the joins read the keys from the staging files again rather than from
+    a local relation: Spark analyses its rows at every analysis of a plan naming it. And not
+    their distinct: every join of them is a semi or anti join, which a key named twice leaves
+    as it is, and a distinct is a shuffle, two more jobs before each broadcast of them.
     """
     table = context.table
     keys, column = list(table.keys), table.partition_column

@@ -48,9 +48,10 @@ def test_changed_keys_by_value_are_the_joins_rows(
     frame = spark.createDataFrame([(v, n) for n, v in enumerate(values)], f"{column} {kind}, n int")
     local = pa.table({NAME: changed})
     keys_df = spark.createDataFrame([(v,) for v in changed.to_pylist()], f"{column} {kind}")
-    assert (key_set(local, [NAME]) is None) == many
+    match = key_set(local, [NAME])
+    assert (match is None) == many
     for how in ("left_semi", "left_anti"):
-        picked = with_keys(frame, keys_df, local, [NAME], broadcast=True, how=how)
+        picked = with_keys(frame, keys_df, match, [NAME], broadcast=True, how=how)
         assert _rows(picked) == _rows(frame.join(keys_df, on=[NAME], how=how)), how
 
 
