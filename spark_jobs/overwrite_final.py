@@ -37,10 +37,11 @@ from spark_jobs.overwrite.absent import fill_absent
 from spark_jobs.overwrite.append_only import append_inserts
 from spark_jobs.overwrite.final_table import (
     ONE_TASK_ROWS,
+    ONE_WRITER_ROWS,
     evolve_to_staging,
     final_schema,
-    fits_one_task,
     partition_filters,
+    rows_in,
     tombstone_schema,
 )
 from spark_jobs.overwrite.key_lookup import (
@@ -68,7 +69,7 @@ from spark_jobs.runtime.context import StepContext
 from spark_jobs.runtime.entry import run_step
 from spark_jobs.runtime.notices import warn
 from spark_jobs.runtime.report import StepReport
-from spark_jobs.runtime.session import new_observation, observed_metrics
+from spark_jobs.runtime.session import new_observation, observe, observed_metrics
 
 ROUTE = delta.ROUTE_COLUMN  # "final" or "tombstones": which table an output row is for
 REMEMBERED = "_cdc_remembered"  # a ranked row that came from tombstones
@@ -149,7 +150,7 @@ def verdict_counts(winners: DataFrame, has_absent: bool | None = None) -> list[C
 def observed_verdict(winners: DataFrame, *, has_absent: bool) -> tuple[DataFrame, Observation]:
     """`winners` observed: the counts `Plan.verdict` reads, gathered as the write reads them."""
     observation = new_observation(winners.sparkSession, f"cdc_verdict_{uuid.uuid4().hex}")
-    return winners.observe(observation, *verdict_counts(winners, has_absent)), observation
+    return observe(winners, observation, *verdict_counts(winners, has_absent)), observation
 
 
 def as_changes(
@@ -181,9 +182,10 @@ def plan_rewrite(
     """Rank the changes against the current rows and tombstones of their keys.
 
     Only the changed keys are ranked (in one task when few rows are read for it, else a
-    shuffle the size of the change set); the other rows of the files replaced are copied
-    through a filter by the changed keys' values when few, else a map-side anti join
-    (broadcast keys when they are few enough), without a shuffle or sort. `attempt` > 1 is a
+    shuffle the size of the change set; fewer still, and one task writes the run too); the
+    other rows of the files replaced are copied through a filter by the changed keys' values
+    when few, else a map-side anti join (broadcast keys when they are few enough), without a
+    shuffle or sort. `attempt` > 1 is a
     recompute after another commit landed first: it looks up every key and ranks every row of
     the touched partitions, so it also heals any key left twice there.
     """
@@ -204,13 +206,16 @@ def plan_rewrite(
     present = (_columns(final, final_rows), tombstone_columns)
     current = final_rows if heal else _with_changed_keys(final_rows, changed, keys, "left_semi")
     candidates = _candidates(changes, change_columns, current, remembered, present)
-    one_task = _in_one_task(changed, replaced, remembered_files)
+    read = _rows_read(changed, replaced, remembered_files)
+    one_task = read is not None and read <= ONE_TASK_ROWS
     if one_task:
         candidates = candidates.coalesce(1)
     filled, winners, observation = _ranked(table, candidates, changes, change_columns)
     output = _routed_output(
         table, winners, final_rows, changed, change_columns, heal=heal, one_task=one_task
     )
+    if one_task and read is not None and read <= ONE_WRITER_ROWS:
+        output = output.coalesce(1)  # a small run: one task writes it too (one job, one task)
     if moved and cut is not None and cut.rows is not None:
         # Remembered (keys null) so later runs drop changes ordered before it.
         output = output.unionByName(
@@ -248,17 +253,19 @@ def _remembered(
     return _with_changed_keys(rows, changed, keys, "left_semi"), columns, files
 
 
-def _in_one_task(
+def _rows_read(
     changed: ChangedKeys,
     replaced: list[delta.DataFile] | None,
     remembered: list[delta.DataFile],
-) -> bool:
-    """Whether one task ranks the changes: a first attempt (only the files holding a changed
-    key are read, `replaced`), the keys on the driver, and at most ONE_TASK_ROWS rows read in
-    all by the files' own counts. A recompute, a truncate or a large change set spreads them."""
+) -> int | None:
+    """The rows a first attempt reads: its changed keys (on the driver) and the rows of the
+    files it reads, by their own counts (only the files holding a changed key, `replaced`, and
+    the remembered deletes'). None when not known so: a recompute, a truncate, keys counted in
+    Spark (a large change set) or a file without a count. Up to ONE_TASK_ROWS one task ranks
+    the changes; up to ONE_WRITER_ROWS one task writes the run."""
     if replaced is None or changed.local is None:
-        return False
-    return fits_one_task(changed.local.num_rows, [*replaced, *remembered], ONE_TASK_ROWS)
+        return None
+    return rows_in(changed.local.num_rows, [*replaced, *remembered])
 
 
 def _columns(snapshot: delta.Snapshot, rows: DataFrame) -> list[str]:

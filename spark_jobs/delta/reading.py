@@ -317,6 +317,19 @@ def local_frame(
     )
 
 
+def arrow_and_schema(frame: DataFrame) -> tuple[pa.Table, StructType]:
+    """`frame`'s rows as Arrow and its schema, from one request under Connect (its `toArrow`
+    first asks the server for the schema, a request of its own that analyses the whole plan;
+    the query's response carries it)."""
+    from spark_jobs.runtime.session import is_connect
+
+    if is_connect(frame.sparkSession):
+        rows, schema = frame._to_table()  # type: ignore[operator]
+        if schema is not None:
+            return rows, schema
+    return frame.toArrow(), frame.schema
+
+
 def with_known_schema(frame: DataFrame, fields: Sequence[StructField]) -> DataFrame:
     """`frame` told its columns (`fields`, made nullable), known without asking Spark: before
     a Connect client's `toArrow` runs a query it asks the server for the frame's schema, a

@@ -11,6 +11,8 @@ job (an EXPLAIN is a command answered by the driver, over `df.limit(0)`), and is
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from pyspark.sql import DataFrame
 
 from cdc_pipeline import sql_guard
@@ -45,13 +47,16 @@ def analysed_function_names(df: DataFrame, expression: str) -> set[str]:
     return sql_guard.function_names_in_plan(analysed_projection(str(rows[0][0])), literals)
 
 
-def check_partition_expression(df: DataFrame, table: TableConfig) -> None:
+def check_partition_expression(
+    df: DataFrame, table: TableConfig, columns: Sequence[str] | None = None
+) -> None:
     """Refuse the table's partition expression when the parser or the analyser finds a function
-    outside the allow-list; a ConfigError names table, field and construct."""
+    outside the allow-list; a ConfigError names table, field and construct. `columns`: `df`'s,
+    when known without asking Spark."""
     expression = table.partition_expression
     if expression is None:
         return
-    key = (table.name, expression, tuple(df.columns))
+    key = (table.name, expression, tuple(df.columns if columns is None else columns))
     if key in _checked:
         return
     # The parser layer first: the expression is put into SQL text only once it is one

@@ -105,17 +105,8 @@ def type_changes(
     from the files are null.
     """
     available = set(raw.columns)
-    projections: list[Column] = []
-    for column, spark_type in column_types.items():
-        source = F.col(quoted(column)) if column in available else F.lit(None)
-        projections.append(source.cast("string").alias(raw_name(column)))
-        projections.append(source.try_cast(spark_type).alias(column))
-    for column in [*table.keys, *table.sequence_by]:
-        if column not in column_types:
-            # A batch of only malformed lines gives no column types at all: the rows are
-            # quarantined for their line, and the identity checks need the columns to exist.
-            projections.append(F.lit(None).cast("string").alias(raw_name(column)))
-            projections.append(F.lit(None).cast("string").alias(column))
+    # `names`: the projections' names, known here without a request to Spark.
+    projections, names = _value_projections(table, column_types, available)
     flag_source = table.flag_source
     if flag_present and flag_source in available:
         flag = F.upper(F.trim(F.col(quoted(flag_source)).cast("string")))
@@ -127,30 +118,59 @@ def type_changes(
         flag = F.lit("I")
         raw_flag = F.lit(None).cast("string")
     projections += [flag.alias(FLAG), raw_flag.alias(raw_name(flag_source))]
+    names += [FLAG, raw_name(flag_source)]
     if CARRIED in available:
         projections.append(_absent(table, column_types, flag).alias(ABSENT))
+        names.append(ABSENT)
     elif table.ignore_null_updates:
         projections.append(_null_as_absent(table, column_types, available, flag).alias(ABSENT))
+        names.append(ABSENT)
     for column in (RAW, FORMAT_ERROR):
         value = F.col(column) if column in available else F.lit(None).cast("string")
         projections.append(value.alias(column))
+        names.append(column)
     if UNDECLARED in available:
         projections.append(F.col(UNDECLARED))
+        names.append(UNDECLARED)
     projections += [F.col(c) for c in ARRIVAL]
+    names += ARRIVAL
     typed = raw.select(*projections)
     if table.partition_column is not None and table.partition_expression is not None:
         # Config SQL is data: checked again on what Spark resolves it to, before any write.
         from spark_jobs.rules.expression_check import check_partition_expression
 
-        check_partition_expression(typed, table)
+        check_partition_expression(typed, table, names)
         typed = typed.withColumn(table.partition_column, F.expr(table.partition_expression))
+        if table.partition_column not in names:  # (withColumn replaces one in place)
+            names.append(table.partition_column)
     partition_type = None
-    if table.partition_column is not None and table.partition_column in typed.columns:
+    if table.partition_column is not None and table.partition_column in names:
         partition_type = typed.schema[table.partition_column].dataType.simpleString()
     return typed.withColumn(
         REASON,
-        quarantine_reason(table, column_types, typed.columns, partition_type, datetime.now(UTC)),
+        quarantine_reason(table, column_types, names, partition_type, datetime.now(UTC)),
     )
+
+
+def _value_projections(
+    table: TableConfig, column_types: dict[str, str], available: set[str]
+) -> tuple[list[Column], list[str]]:
+    """Each column's value as read (text) and typed, and their names."""
+    projections: list[Column] = []
+    names: list[str] = []
+    for column, spark_type in column_types.items():
+        source = F.col(quoted(column)) if column in available else F.lit(None)
+        projections.append(source.cast("string").alias(raw_name(column)))
+        projections.append(source.try_cast(spark_type).alias(column))
+        names += [raw_name(column), column]
+    for column in [*table.keys, *table.sequence_by]:
+        if column not in column_types:
+            # A batch of only malformed lines gives no column types at all: the rows are
+            # quarantined for their line, and the identity checks need the columns to exist.
+            projections.append(F.lit(None).cast("string").alias(raw_name(column)))
+            projections.append(F.lit(None).cast("string").alias(column))
+            names += [raw_name(column), column]
+    return projections, names
 
 
 def fillable(columns: Sequence[str], keys: Sequence[str]) -> list[str]:

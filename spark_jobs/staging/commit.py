@@ -43,8 +43,10 @@ def _commit_staging(
     """Append the staged rows as the first data commit after the snapshot the run planned from
     (its own schema evolution aside); None when another run's commit came first: it may hold
     the same file versions, so the caller plans again instead of staging them twice."""
-    delta.ensure_table(path, frame.schema, [BATCH])
     current = delta.load_snapshot(path)
+    if not current.exists:  # (the frame's schema only then: a request to Spark)
+        delta.ensure_table(path, frame.schema, [BATCH])
+        current = delta.load_snapshot(path)
     if delta.data_commits_between(
         path, planned.version, current.version, ignore=("evolve_schema",)
     ):
@@ -79,12 +81,14 @@ def commit_rows(
         staged, staging_version = appended
     else:
         staged, staging_version = 0, plan.staging.version
-    schema = bad.schema if bad is not None else _quarantine_schema(table, quarantine)
     if not new_refusals and not any(int(r["bad"]) for r in rows.per_file):
         # Nothing to quarantine (the per-file counts say so): no Spark job, no commit; the
         # table is created if it is missing, as an append of no rows did.
-        delta.ensure_table(paths.quarantine, schema, [BATCH])
+        if not quarantine.exists:
+            schema = bad.schema if bad is not None else _quarantine_schema(table, quarantine)
+            delta.ensure_table(paths.quarantine, schema, [BATCH])
         return Committed(staged, staging_version, 0, delta.load_snapshot(paths.quarantine).version)
+    schema = bad.schema if bad is not None else _quarantine_schema(table, quarantine)
     if new_refusals or bad is None:
         refused_rows = _refusal_rows(spark, new_refusals, schema)
         bad = refused_rows if bad is None else bad.unionByName(refused_rows)

@@ -164,12 +164,12 @@ def type_read(
         _check_identity_columns(table, read.batch_types)
     if small:
         raw = raw.coalesce(1)  # one partition: the counts group it without a shuffle
-    typed, per_file = _typed_rows(
-        table, read, raw, column_types, flag_present=flag_present, is_snapshot=is_snapshot
+    typed, per_file, cached = _typed_rows(
+        table, read, raw, column_types, flag_present=flag_present, small=small
     )
     found = _read_counts(table, interval, read, per_file)
     columns = staging_columns(table, column_types)
-    release: list[Callable[[], Any]] = [typed.unpersist]
+    release: list[Callable[[], Any]] = [typed.unpersist] if cached else []
     if ABSENT not in columns and staging.schema is not None and ABSENT in staging.schema.names:
         # ignore_null_updates turned off: staging keeps the column; new rows carry every value.
         typed = typed.withColumn(ABSENT, F.lit(None).cast("array<string>"))
@@ -304,21 +304,36 @@ def _typed_rows(
     column_types: dict[str, str],
     *,
     flag_present: bool,
-    is_snapshot: bool,
-) -> tuple[DataFrame, list[dict[str, Any]]]:
-    """The typed rows (persisted; an extract's with their hashes) and each file's count of good
-    and bad rows. A partition_expression Spark cannot analyse is a ConfigError."""
+    small: bool,
+) -> tuple[DataFrame, list[dict[str, Any]], bool]:
+    """The typed rows (an extract's with their hashes), each file's count of good and bad rows,
+    and whether the rows are persisted (to unpersist). A partition_expression Spark cannot
+    analyse is a ConfigError.
+
+    Every later query reads the rows as typed by ONE read of the files (a file rewritten
+    meanwhile cannot give two contents): persisted in Spark's cache, or for a `small` run of
+    change files (one task's), brought to the driver as Arrow by that read and handed back as a
+    local relation. The cache costs a small run more than its rows: persisting plans the whole
+    read (a request of its own), filling it is a Spark job of its own, and unpersisting is one
+    more request."""
+    is_snapshot = table.change_format == "snapshot"
+    local = small and not is_snapshot
     try:
         typed = type_changes(raw, table, column_types, flag_present=flag_present)
         if is_snapshot:
             typed = extracts.with_hashes(typed, table, list(column_types))
-        typed = persisted(typed)
+        if not local:
+            typed = persisted(typed)
         try:
             # The first action over the rows: a file Spark cannot read fails here, before any
             # write.
+            if local:
+                rows, schema = delta.arrow_and_schema(typed)  # the rows of one task's files
+                typed = delta.local_frame(typed.sparkSession, rows, schema)
             per_file = [
                 r.asDict()
-                for r in typed.groupBy(BATCH, FILE)
+                for r in (typed.coalesce(1) if local else typed)  # one partition: no shuffle
+                .groupBy(BATCH, FILE)
                 .agg(
                     F.sum(F.when(F.col(REASON).isNull(), 1).otherwise(0)).alias("good"),
                     F.sum(F.when(F.col(REASON).isNotNull(), 1).otherwise(0)).alias("bad"),
@@ -329,14 +344,15 @@ def _typed_rows(
                 .collect()  # metadata: one row per file, and the undeclared keys' names
             ]
         except Exception:
-            unpersist_quietly(typed)
+            if not local:
+                unpersist_quietly(typed)
             with contextlib.suppress(Exception):  # the error that ended the step stands
                 read.release()
             raise
     except AnalysisException as error:
         message = str(error).strip().splitlines()[0]
         raise ConfigError(f"table {table.name}: partition_expression: {message}") from None
-    return typed, per_file
+    return typed, per_file, not local
 
 
 def _undeclared_keys(read: ChangeRead) -> list[Column]:
