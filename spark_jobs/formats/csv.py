@@ -141,11 +141,18 @@ def read_csv_changes(
         text_columns = {c for c, t in table.columns.items() if t.lower() == "string"}
         frames.append(_parse_lines(lines, header, wanted, problem, text_columns))
     if not frames:
-        return ChangeRead(_empty(spark, wanted), dict(table.columns))
+        return ChangeRead(_empty(spark, wanted), dict(table.columns), columns=_columns(wanted))
     result = frames[0]
     for frame in frames[1:]:
         result = result.unionByName(frame)
-    return ChangeRead(result, dict(table.columns), undeclared=sorted(undeclared))
+    return ChangeRead(
+        result, dict(table.columns), undeclared=sorted(undeclared), columns=_columns(wanted)
+    )
+
+
+def _columns(wanted: list[str]) -> list[str]:
+    """The columns of the frame `_parse_lines` (and `_empty`) give."""
+    return [*wanted, RAW, FORMAT_ERROR, *ARRIVAL]
 
 
 def _parse_lines(
@@ -273,7 +280,7 @@ def _undeclared(names: Sequence[str], known: Sequence[str]) -> set[str]:
 
 
 def _empty(spark: SparkSession, columns: list[str]) -> DataFrame:
-    names = [*columns, RAW, FORMAT_ERROR, BATCH, FILE]
+    names = _columns(columns)[:-1]  # (ROW, last, is a long)
     schema = ", ".join([*[f"`{c}` string" for c in names], f"{ROW} long"])
     return spark.createDataFrame([], schema)
 

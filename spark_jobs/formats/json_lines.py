@@ -42,6 +42,9 @@ class ChangeRead:
     # known once a pass over the rows has gathered them.
     carries_undeclared: bool = False
     cached: DataFrame | None = None  # the parsed lines, held while the batch is processed
+    # The frame's columns when the reader knows them without asking Spark (a request that
+    # analyses the read's plan), else None.
+    columns: list[str] | None = None
 
     def release(self) -> None:
         """Drop the cached parse once the step is done with the rows."""

@@ -90,7 +90,26 @@ def read_json_changes(
     )
     batch_types.update(table.format_columns)
     cached = None if once else parsed
-    return ChangeRead(frame, batch_types, ignored, undeclared or [], undeclared is None, cached)
+    columns = _frame_columns(table, names, format_columns, carries_undeclared=undeclared is None)
+    return ChangeRead(
+        frame, batch_types, ignored, undeclared or [], undeclared is None, cached, columns
+    )
+
+
+def _frame_columns(
+    table: TableConfig, names: list[str], format_columns: Iterable[str], *, carries_undeclared: bool
+) -> list[str]:
+    """The columns of `read_json_changes`' frame, in its order (known without asking Spark)."""
+    return [
+        *names,
+        *format_columns,
+        table.flag_source,
+        *([CARRIED] if table.change_format in EVENT_FORMATS else []),
+        *([UNDECLARED] if carries_undeclared else []),
+        RAW,
+        FORMAT_ERROR,
+        *ARRIVAL,
+    ]
 
 
 def _parsed_lines(table: TableConfig, lines: DataFrame) -> tuple[DataFrame, dict[str, Column]]:

@@ -95,18 +95,22 @@ def hash_of(columns: Sequence[str]) -> Column:
 
 
 def type_changes(
-    raw: DataFrame, table: TableConfig, column_types: dict[str, str], *, flag_present: bool
+    raw: DataFrame,
+    table: TableConfig,
+    column_types: dict[str, str],
+    *,
+    flag_present: bool,
+    columns: Sequence[str] | None = None,
 ) -> DataFrame:
     """Typed change rows plus `_cdc_reason` (null for a good row) and the raw values.
 
     `raw` holds the source columns as read (strings for csv/json, typed for parquet), the
     flag (or event op) column when present, the arrival columns, and for JSON lines the line
     (`_cdc_raw`) and the reason it could not be read (`_cdc_format_error`). Columns missing
-    from the files are null.
+    from the files are null. `columns`: `raw`'s, when known without asking Spark.
     """
-    available = set(raw.columns)
-    # `names`: the projections' names, known here without a request to Spark.
-    projections, names = _value_projections(table, column_types, available)
+    available = set(raw.columns if columns is None else columns)
+    projections, names = _value_projections(table, column_types, available)  # names: no request
     flag_source = table.flag_source
     if flag_present and flag_source in available:
         flag = F.upper(F.trim(F.col(quoted(flag_source)).cast("string")))

@@ -285,6 +285,17 @@ def is_connect(spark: Any) -> bool:
     return isinstance(spark, ConnectSession)
 
 
+def plan_small_run(spark: Any) -> None:
+    """Plan the rest of a Connect session's step without adaptive query execution: a small run
+    (one task's rows, no shuffle) leaves it nothing to adapt, while it still wraps each query
+    in stages it re-plans and runs a cached relation as a job of its own. On a warm server
+    (300 changes): stage 0.53 -> 0.48 s and overwrite-final 0.63 -> 0.55 s of a CSV table,
+    0.38 -> 0.37 s and 0.66 -> 0.62 s of a partitioned Parquet one. A classic session outlives
+    the step (the next one may be large): it keeps its setting."""
+    if is_connect(spark):
+        set_session_conf(spark, {"spark.sql.adaptive.enabled": "false"})
+
+
 def new_observation(spark: Any, name: str) -> Any:
     """An `Observation` of `spark`'s kind (Connect's and classic's are different classes)."""
     if is_connect(spark):

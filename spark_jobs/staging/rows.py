@@ -39,6 +39,7 @@ from spark_jobs.rules.transforms import (
     unpersist_quietly,
 )
 from spark_jobs.runtime.context import StepContext
+from spark_jobs.runtime.session import plan_small_run
 from spark_jobs.staging.commit import refuse_batch
 from spark_jobs.staging.notices import warn
 from spark_jobs.staging.plan import StagePlan, StageRows, check_extract_files, files_in
@@ -142,7 +143,9 @@ def type_read(
     `small`: few enough rows for one task (no shuffle before the counts: two Spark jobs fewer)."""
     spark, table, paths = context.spark, context.table, context.paths
     is_snapshot = table.change_format == "snapshot"
-    flag_present = not is_snapshot and table.flag_source in raw.columns
+    # The read's columns as its reader built them, when `raw` is its frame (no request to Spark).
+    columns = read.columns if raw is read.frame and read.columns is not None else raw.columns
+    flag_present = not is_snapshot and table.flag_source in columns
     if not flag_present and not table.insert_only and not is_snapshot:
         raise InputError(
             f"table {table.name}: the changes of {interval} have no flag column {table.flag_column}"
@@ -165,7 +168,7 @@ def type_read(
     if small:
         raw = raw.coalesce(1)  # one partition: the counts group it without a shuffle
     typed, per_file, cached = _typed_rows(
-        table, read, raw, column_types, flag_present=flag_present, small=small
+        table, read, raw, column_types, columns, flag_present=flag_present, small=small
     )
     found = _read_counts(table, interval, read, per_file)
     columns = staging_columns(table, column_types)
@@ -201,6 +204,8 @@ def _typed_changes(
     read, raw = _read_files(context, to_read, plan.parquet, snapshot_batch)
     batches = sorted({f.batch for f in to_read})
     small = read_in_one_task(to_read)
+    if small:
+        plan_small_run(context.spark)
     done = type_read(context, interval, read, raw, plan.staging, batches, small=small)
     good, found, release = done.good, done.found, done.release
     if snapshot_batch is not None:
@@ -302,6 +307,7 @@ def _typed_rows(
     read: ChangeRead,
     raw: DataFrame,
     column_types: dict[str, str],
+    columns: Sequence[str],
     *,
     flag_present: bool,
     small: bool,
@@ -319,7 +325,7 @@ def _typed_rows(
     is_snapshot = table.change_format == "snapshot"
     local = small and not is_snapshot
     try:
-        typed = type_changes(raw, table, column_types, flag_present=flag_present)
+        typed = type_changes(raw, table, column_types, flag_present=flag_present, columns=columns)
         if is_snapshot:
             typed = extracts.with_hashes(typed, table, list(column_types))
         if not local:

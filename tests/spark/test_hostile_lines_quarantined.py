@@ -18,6 +18,7 @@ import pytest
 
 from cdc_pipeline.config import parse_config
 from spark_jobs.formats.json_lines import DUPLICATE, NAN_LITERAL
+from spark_jobs.staging import rows
 from tests.helpers import Workspace, table_rows, ts
 from tests.spark.steps import run
 
@@ -28,6 +29,23 @@ NOT_OBJECT = "malformed line: not a JSON object"
 RANGE = "is outside the years 0001 to 9999"
 # The reason for a sequence value past max_sequence_ahead names the stage run's time.
 AHEAD = r"sequence value too far ahead in {column}: '{value}' is more than max_sequence_ahead 7d after the stage run at \d{{4}}-\d\d-\d\d \d\d:\d\d:\d\d UTC"
+
+
+@pytest.fixture(autouse=True)
+def read_columns_are_the_frames(monkeypatch: pytest.MonkeyPatch) -> list[list[str]]:
+    """Each read's columns as its reader states them (`ChangeRead.columns`, what stage uses
+    instead of asking Spark) must be the columns Spark gives its frame, for every shape here."""
+    checked: list[list[str]] = []
+    original = rows.type_read
+
+    def checking(context: Any, interval: Any, read: Any, *args: Any, **kwargs: Any) -> Any:
+        if read.columns is not None:
+            assert read.columns == read.frame.columns
+            checked.append(read.columns)
+        return original(context, interval, read, *args, **kwargs)
+
+    monkeypatch.setattr(rows, "type_read", checking)
+    return checked
 
 
 def land_lines(workspace: Workspace, table: str, name: str, lines: list[str | bytes]) -> None:

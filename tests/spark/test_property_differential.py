@@ -31,6 +31,7 @@ from hypothesis import strategies as st
 from cdc_pipeline.paths import TablePaths
 from spark_jobs import overwrite_final
 from spark_jobs.runtime.report import StepReport
+from spark_jobs.staging import readers
 from tests.helpers import Workspace, table_rows
 from tests.property_model import Landed, TableModel
 from tests.spark.steps import run
@@ -311,10 +312,14 @@ def test_partition_stable_streams_match_the_model(spark, scenario: Scenario) -> 
 @given(scenario=scenarios())
 @example(scenario=NASTY)
 def test_streams_ranked_over_many_tasks_match_the_model(spark, scenario: Scenario) -> None:
-    """The same with the ranking spread over tasks (a shuffle by key before it, one by
-    partition after it), as for a change set too large for one task: these small ones are
-    otherwise ranked in one task."""
-    with mock.patch.object(overwrite_final, "ONE_TASK_ROWS", -1):
+    """The same with every step taking the way of a change set too large for one task: stage
+    persists the typed rows in Spark's cache (not brought to the driver) and reads them in
+    several tasks, and overwrite-final ranks them spread over tasks (a shuffle by key before
+    it, one by partition after it). These small ones otherwise take the one-task ways."""
+    with (
+        mock.patch.object(overwrite_final, "ONE_TASK_ROWS", -1),
+        mock.patch.object(readers, "ONE_TASK_BYTES", -1),
+    ):
         check_against_model(spark, scenario, CONFIG)
 
 
