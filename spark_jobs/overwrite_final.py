@@ -192,9 +192,9 @@ def plan_rewrite(
     shuffle the size of the change set; fewer still, and one task writes the run too); the
     other rows of the files replaced are copied through a filter by the changed keys' values
     when few, else a map-side anti join (broadcast keys when they are few enough), without a
-    shuffle or sort. `attempt` > 1 is a
-    recompute after another commit landed first: it looks up every key and ranks every row of
-    the touched partitions, so it also heals any key left twice there.
+    shuffle or sort. `attempt` > 1 is a recompute after another commit landed first: it looks
+    up every key and ranks every row of the touched partitions, so it also heals any key left
+    twice there.
     """
     table = context.table
     keys = list(table.keys)

@@ -74,42 +74,38 @@ def read_json_changes(
         )
     )
     names, batch_types, conversions, undeclared = _batch_columns(table, rows)
-    exact = _exact_text_columns(table)
-    projection = [
-        _value(name, conversions.get(name), exact=name in exact).alias(name) for name in names
-    ]
-    frame = rows.select(
-        *projection,
-        *[F.col(name) for name in format_columns],
-        F.col(OP).alias(table.flag_source),
-        *([F.col(CARRIED)] if table.change_format in EVENT_FORMATS else []),
-        *([undeclared_keys(table).alias(UNDECLARED)] if undeclared is None else []),
-        F.col(RAW),
-        F.col(FORMAT_ERROR),
-        *[F.col(c) for c in ARRIVAL],
+    exprs = _frame_columns(
+        table, names, conversions, format_columns, carries_undeclared=undeclared is None
     )
+    frame = rows.select(*[column.alias(name) for name, column in exprs.items()])
     batch_types.update(table.format_columns)
     cached = None if once else parsed
-    columns = _frame_columns(table, names, format_columns, carries_undeclared=undeclared is None)
     return ChangeRead(
-        frame, batch_types, ignored, undeclared or [], undeclared is None, cached, columns
+        frame, batch_types, ignored, undeclared or [], undeclared is None, cached, list(exprs)
     )
 
 
 def _frame_columns(
-    table: TableConfig, names: list[str], format_columns: Iterable[str], *, carries_undeclared: bool
-) -> list[str]:
-    """The columns of `read_json_changes`' frame, in its order (known without asking Spark)."""
-    return [
-        *names,
-        *format_columns,
-        table.flag_source,
-        *([CARRIED] if table.change_format in EVENT_FORMATS else []),
-        *([UNDECLARED] if carries_undeclared else []),
-        RAW,
-        FORMAT_ERROR,
-        *ARRIVAL,
-    ]
+    table: TableConfig,
+    names: list[str],
+    conversions: dict[str, str | None],
+    format_columns: Iterable[str],
+    *,
+    carries_undeclared: bool,
+) -> dict[str, Column]:
+    """`read_json_changes`' frame, name -> value, in its order: the names are known without
+    asking Spark (`ChangeRead.columns`)."""
+    exact = _exact_text_columns(table)
+    return {
+        **{n: _value(n, conversions.get(n), exact=n in exact) for n in names},
+        **{n: F.col(n) for n in format_columns},
+        table.flag_source: F.col(OP),
+        **({CARRIED: F.col(CARRIED)} if table.change_format in EVENT_FORMATS else {}),
+        **({UNDECLARED: undeclared_keys(table)} if carries_undeclared else {}),
+        RAW: F.col(RAW),
+        FORMAT_ERROR: F.col(FORMAT_ERROR),
+        **{c: F.col(c) for c in ARRIVAL},
+    }
 
 
 def _parsed_lines(table: TableConfig, lines: DataFrame) -> tuple[DataFrame, dict[str, Column]]:
