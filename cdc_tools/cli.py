@@ -235,6 +235,13 @@ def _add_bench_cycle_server_options(cycle: Any) -> None:
         "pass of every table on copies of its folders, as a server that ran earlier cycles)",
     )
     cycle.add_argument(
+        "--at-server-start",
+        action="store_true",
+        help="connect mode: unpause as soon as the DAGs are parsed, while the server may still "
+        "be warming itself up (default: first wait for its warm-up to finish, up to 180 s, as in "
+        "a deployment whose first due run comes later)",
+    )
+    cycle.add_argument(
         "--auto-cdc",
         action="store_true",
         help="then apply the same change sets with Spark's AUTO CDC, one pipeline with a flow "
@@ -490,6 +497,7 @@ def run_bench_cycle_command(namespace: argparse.Namespace) -> int:
             ("parallelism", namespace.parallelism),
             ("every", namespace.every),
             ("warm", False if namespace.cold else None),
+            ("await_server_warm_up", False if namespace.at_server_start else None),
             ("cycles", namespace.cycles),
             ("auto_cdc", True if namespace.auto_cdc else None),
             ("sources", ("files", "kafka") if namespace.source == "both" else (namespace.source,)),

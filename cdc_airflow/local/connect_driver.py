@@ -7,8 +7,10 @@ step compiled all of its generated code again. Here the server is Spark's Connec
 session started with artifact isolation off (`connect_server.SERVER_ONLY_CONF`): sessions share
 one classloader and the compiled code, as the steps add no artifacts of their own.
 
-The program only keeps the driver alive: the plugin serves the clients, the JVM exits when this
-process does, and this process exits when the JVM does (Linux's parent-death signal).
+The program keeps the driver alive: the plugin serves the clients, the JVM exits when this
+process does, and this process exits when the JVM does (Linux's parent-death signal). On a local
+master it also starts the server's warm-up in the background (`warm_up`; off with
+`spark.cdc.warmUp=false`).
 """
 
 from __future__ import annotations
@@ -17,7 +19,11 @@ import ctypes
 import ctypes.util
 import os
 import signal
+import subprocess
 import sys
+import threading
+from pathlib import Path
+from typing import Any
 
 
 def _exit_with_parent() -> None:
@@ -25,6 +31,31 @@ def _exit_with_parent() -> None:
     if sys.platform == "linux":
         libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
         libc.prctl(1, signal.SIGTERM)  # 1 = PR_SET_PDEATHSIG
+
+
+def start_warm_up(spark: Any) -> subprocess.Popen[bytes] | None:
+    """On a local master, unless `spark.cdc.warmUp` is false: `warm_up` against this server, in
+    the background, its output in the server's log; it dies with this process."""
+    conf = spark.sparkContext.getConf()
+    if conf.get("spark.cdc.warmUp", "true").strip().lower() == "false":
+        return None
+    if not conf.get("spark.master", "").startswith("local"):
+        return None  # a cluster's executors cannot reach this machine's temporary folder
+    host = conf.get("spark.connect.grpc.binding.address", "127.0.0.1")
+    port = conf.get("spark.connect.grpc.binding.port", "15002")
+    url = f"sc://{'127.0.0.1' if host in ('0.0.0.0', '::', '') else host}:{port}"
+    # Nothing of a step's own: no summary file, no test hooks.
+    own = ("CDC_SUMMARY_PATH", "CDC_FAULT", "CDC_BARRIER")
+    env = {k: v for k, v in os.environ.items() if k not in own}
+    # The package importable even when not installed (a source tree).
+    root = str(Path(__file__).resolve().parents[2])
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH")) if p)
+    command = [sys.executable, "-m", "cdc_airflow.local.warm_up", url]
+    process = subprocess.Popen(
+        command, env=env, stdin=subprocess.DEVNULL, preexec_fn=_exit_with_parent
+    )
+    threading.Thread(target=process.wait, name="warm-up reaper", daemon=True).start()
+    return process
 
 
 def main() -> int:
@@ -36,8 +67,9 @@ def main() -> int:
     from pyspark.sql import SparkSession
 
     # Every setting comes from spark-submit's --conf (connect_server.server_command).
-    SparkSession.builder.getOrCreate()
+    session = SparkSession.builder.getOrCreate()
     print("cdc connect driver: the Spark Connect plugin is serving", flush=True)
+    start_warm_up(session)
     while True:
         signal.pause()
 

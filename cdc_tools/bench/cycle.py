@@ -16,6 +16,7 @@ import csv
 import json
 import os
 import random
+import re
 import shutil
 import signal
 import statistics
@@ -86,6 +87,9 @@ class CycleSpec:
     timeout: float = 3600.0
     progress_every: float = 10.0
     warm: bool = True  # connect mode, one cycle: warm the server on copies of the tables first
+    # Connect mode: the first cycle once the server's own warm-up (cdc_airflow.local.warm_up)
+    # is done, not while it runs.
+    await_server_warm_up: bool = True
     # Consecutive scheduled cycles on one server, new change sets landed between them (the
     # scheduler's steady state): the first is reported apart, the later ones as their median.
     cycles: int = 1
@@ -652,6 +656,43 @@ def warm_up(
     return warm_server(local.connect_server.url, config, tables, hour, folder)
 
 
+SERVER_WARM_UP_TIMEOUT = 180.0
+
+
+def wait_for_server_warm_up(local: BenchAirflow, timeout: float) -> None:
+    """Until the launcher's Connect server logs its warm-up's end (done or failed), at most
+    `timeout` seconds; not at all for a server that does not warm up."""
+    server = local.connect_server
+    if server is None or not server.master.startswith("local"):
+        return
+    if server.conf.get("spark.cdc.warmUp", "true").strip().lower() == "false":
+        return
+    deadline = time.monotonic() + timeout
+    while not server_warm_up(local).get("server_warm_up", "").startswith(("done", "cdc ")):
+        if time.monotonic() > deadline:
+            print(f"bench-cycle: no end of the server's warm-up within {timeout:.0f} s", flush=True)
+            return
+        time.sleep(0.5)
+
+
+def server_warm_up(local: BenchAirflow) -> dict[str, Any]:
+    """The launcher's Connect server's own warm-up (`cdc_airflow.local.warm_up`), from its log:
+    its seconds and when it finished (compare cycle 1's first task), or why there is none."""
+    server = local.connect_server
+    if server is None:
+        return {}
+    lines = server.log_path.read_text(errors="replace").splitlines()
+    found = [line for line in lines if line.startswith("cdc warm-up: ")]
+    done = re.fullmatch(r"cdc warm-up: done in ([0-9.]+) s, at (\S+)", found[0]) if found else None
+    if done is None:
+        return {"server_warm_up": found[0] if found else "none in the server's log"}
+    return {
+        "server_warm_up": "done",
+        "server_warm_up_seconds": float(done[1]),
+        "server_warm_up_done_at": done[2],
+    }
+
+
 def cycle_tasks(
     local: BenchAirflow, db: MetadataDB, dag_ids: list[str], runs: list[RunRow]
 ) -> tuple[list[TaskRow], dict[tuple[str, str], float]]:
@@ -775,6 +816,7 @@ def run_mode(
             )
             results = [cycles.measure(n, setup_started=setup_started) for n in range(spec.cycles)]
             other_runs = cycles.other_runs()
+            cycles.setup |= server_warm_up(local)
         finally:
             local.stop()
     return {
@@ -876,6 +918,10 @@ class CycleRun:
         """Before the first cycle: the warm-up pass when asked, then every DAG unpaused."""
         spec = self.spec
         warm = warm_up(spec, self.mode, self.local, self.hour, self.local.home.parent / "warm-up")
+        if spec.await_server_warm_up and self.local.connect_server is not None:
+            waited = time.monotonic()
+            wait_for_server_warm_up(self.local, SERVER_WARM_UP_TIMEOUT)
+            self.setup["server_warm_up_awaited_seconds"] = _round(time.monotonic() - waited)
         self.setup["setup_seconds"] = _round(time.monotonic() - setup_started)
         self.setup["server"] = "cold" if warm is None else "warm"
         self.setup["warm_up_seconds"] = None if warm is None else _round(warm)

@@ -44,6 +44,11 @@ def _query(url: str, factor: int) -> list[tuple[Any, ...]]:
 
 def _driver_programs(jvm: int) -> list[int]:
     """Pids of the processes of `jvm`'s group (the JVM aside) running the driver program."""
+    return _programs(jvm, b"connect_driver.py")
+
+
+def _programs(jvm: int, program: bytes) -> list[int]:
+    """Pids of the processes of `jvm`'s group (the JVM aside) whose command ends in `program`."""
     found = []
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit() or int(entry.name) == jvm:
@@ -53,7 +58,7 @@ def _driver_programs(jvm: int) -> list[int]:
             group = os.getpgid(int(entry.name))
         except (OSError, ProcessLookupError):
             continue
-        if group == jvm and any(part.endswith(b"connect_driver.py") for part in command):
+        if group == jvm and any(part.endswith(program) for part in command):
             found.append(int(entry.name))
     return found
 
@@ -65,7 +70,12 @@ def test_sessions_share_compiled_code_and_the_driver_program_dies_with_the_jvm(
     ui_port = connect_server.free_port()
     server = connect_server.start(
         master="local[1]",
-        conf={"spark.ui.enabled": "true", "spark.ui.port": str(ui_port)},
+        # Without the warm-up, which would compile classes of its own meanwhile.
+        conf={
+            "spark.ui.enabled": "true",
+            "spark.ui.port": str(ui_port),
+            "spark.cdc.warmUp": "false",
+        },
         log_path=tmp_path / "server.log",
     )
     try:
@@ -85,6 +95,9 @@ def test_sessions_share_compiled_code_and_the_driver_program_dies_with_the_jvm(
         assert f"-Xmx{connect_server.CONNECT_SERVER_MEMORY}".encode() in command
         programs = _driver_programs(server.pid)
         assert len(programs) == 1, programs
+        # Switched off: no warm-up started (one starts as soon as the server serves).
+        assert _programs(server.pid, b"cdc_airflow.local.warm_up") == []
+        assert "cdc warm-up" not in (tmp_path / "server.log").read_text(errors="replace")
         os.kill(server.pid, signal.SIGKILL)  # the JVM dies (an OOM kill, a crash)
         server.process.wait(timeout=30)
         deadline = time.monotonic() + 15
@@ -93,3 +106,54 @@ def test_sessions_share_compiled_code_and_the_driver_program_dies_with_the_jvm(
         assert _driver_programs(server.pid) == []
     finally:
         server.stop()
+
+
+def _log_line(log: Path, start: str, timeout: float) -> str:
+    """The first line of `log` starting with `start`, once written."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        found = [
+            line for line in log.read_text(errors="replace").splitlines() if line.startswith(start)
+        ]
+        if found:
+            return found[0]
+        time.sleep(0.5)
+    raise AssertionError(f"no {start!r} line in {log} within {timeout} s")
+
+
+def test_a_local_server_warms_itself_up_and_a_killed_one_leaves_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The warm-up stages and overwrites its made-up tables (it checks their rows itself: a
+    wrong count reports "failed"), then exits and removes its folder, and the folder of a
+    warm-up killed outright before; the warm-up of a server whose JVM is killed dies with it,
+    its folder removed too."""
+    temporary = tmp_path / "tmp"
+    orphan = temporary / f"cdc-warm-up-{2**22 + 1}-x1y2"  # no such process (above pid_max)
+    (orphan / "landing").mkdir(parents=True)
+    monkeypatch.setenv("TMPDIR", str(temporary))  # the server's, so the warm-up's, folders
+    for kill in (False, True):
+        log = tmp_path / f"server-{kill}.log"
+        server = connect_server.start(master="local[2]", log_path=log)
+        try:
+            deadline = time.monotonic() + 20  # started once the server serves
+            while not _programs(server.pid, b"cdc_airflow.local.warm_up"):
+                assert time.monotonic() < deadline, "no warm-up started"
+                time.sleep(0.2)
+            assert len(_programs(server.pid, b"cdc_airflow.local.warm_up")) == 1
+            if kill:
+                os.kill(server.pid, signal.SIGKILL)
+                server.process.wait(timeout=30)
+            else:
+                line = _log_line(log, "cdc warm-up:", timeout=240)
+                assert line.startswith("cdc warm-up: done in "), line
+                assert not orphan.exists()
+            deadline = time.monotonic() + 20
+            while (
+                _programs(server.pid, b"cdc_airflow.local.warm_up") and time.monotonic() < deadline
+            ):
+                time.sleep(0.2)
+            assert _programs(server.pid, b"cdc_airflow.local.warm_up") == []
+            assert not list(temporary.glob("cdc-warm-up-*")), list(temporary.iterdir())
+        finally:
+            server.stop()

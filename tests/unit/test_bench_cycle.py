@@ -8,6 +8,7 @@ import json
 import sqlite3
 from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -34,6 +35,7 @@ from cdc_tools.bench.cycle import (
     generate_table,
     hour_guard,
     kafka_vs_files,
+    server_warm_up,
     speedups,
     steady_figures,
     summarize_tasks,
@@ -491,3 +493,22 @@ def test_the_auto_cdc_peer_looks_for_its_test_jar_where_make_test_fetches_it() -
     project = Path(__file__).resolve().parents[2]
     assert (project / "Makefile").exists()
     assert project / ".tools" / "spark-test-catalog" == auto_cdc.TEST_CATALOG_DIR
+
+
+def test_the_servers_own_warm_up_is_read_from_its_log(tmp_path: Path) -> None:
+    from types import SimpleNamespace
+
+    log = tmp_path / "spark-connect.log"
+    local: Any = SimpleNamespace(connect_server=SimpleNamespace(log_path=log))
+    log.write_text("cdc connect driver: the Spark Connect plugin is serving\n")
+    assert server_warm_up(local) == {"server_warm_up": "none in the server's log"}
+    log.write_text("x\ncdc warm-up: done in 34.8 s, at 2026-12-05T22:47:12+00:00\ny\n")
+    assert server_warm_up(local) == {
+        "server_warm_up": "done",
+        "server_warm_up_seconds": 34.8,
+        "server_warm_up_done_at": "2026-12-05T22:47:12+00:00",
+    }
+    failed = "cdc warm-up: failed, the server serves on cold: RuntimeError('x')"
+    log.write_text(failed + "\n")
+    assert server_warm_up(local) == {"server_warm_up": failed}
+    assert server_warm_up(SimpleNamespace(connect_server=None)) == {}  # type: ignore[arg-type]
