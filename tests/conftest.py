@@ -35,6 +35,11 @@ logging.getLogger("py4j").setLevel(logging.WARNING)
 
 CLASSIC, CONNECT = "classic", "connect"
 
+# The Connect servers the tests start (about 20 in a run, many at once) skip the warm-up each
+# would run at start (about 27 CPU-s): only the shared `connect_server` below and the warm-up's
+# own test run it (tests/cli/test_connect_server_sessions.py).
+os.environ["CDC_CONNECT_WARM_UP"] = "false"
+
 
 # Tests that need what `make test` cannot fetch in CI's time or from the indexes it reaches:
 # marker -> the variable that runs them (their own make targets set it); deselected otherwise,
@@ -180,7 +185,9 @@ def connect_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
 
     log = tmp_path_factory.mktemp("connect") / "server.log"
     server = connect_server.start(
-        master="local[2]", conf={"spark.sql.shuffle.partitions": "2"}, log_path=log
+        master="local[2]",
+        conf={"spark.sql.shuffle.partitions": "2", "spark.cdc.warmUp": "true"},
+        log_path=log,
     )
     try:
         yield server

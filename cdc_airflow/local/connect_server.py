@@ -68,6 +68,11 @@ SERVER_ONLY_CONF = {
 }
 
 
+# `false` in the environment of whatever starts a local server (`make airflow`, the launcher, the
+# tests) switches its warm-up off, as the server's `spark.cdc.warmUp=false` does.
+WARM_UP_ENV = "CDC_CONNECT_WARM_UP"
+
+
 class ConnectServerError(RuntimeError):
     """The Spark Connect server did not start or does not answer."""
 
@@ -165,6 +170,8 @@ def server_conf(
         "spark.connect.grpc.binding.port": str(port),
         "spark.app.name": "cdc-connect-server",
     }
+    if os.environ.get(WARM_UP_ENV, "").strip().lower() == "false":
+        settings["spark.cdc.warmUp"] = "false"  # connect_driver.start_warm_up; `conf` wins
     settings.update(conf or {})
     # A user's own plugins run beside the Connect plugin, which the server cannot serve without.
     plugins = [p.strip() for p in settings["spark.plugins"].split(",") if p.strip()]

@@ -16,6 +16,7 @@ the server's log and leaves the server serving.
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import os
 import shutil
@@ -37,6 +38,9 @@ from cdc_pipeline.paths import TablePaths
 RUNS = 2  # per table: the first creates its tables, the second merges into them
 START = datetime(2000, 1, 1, tzinfo=UTC)
 KEYS = 200
+# The catalog database the made-up final tables are registered in (overwrite-final registers
+# them), dropped with them at the end: no name of a user's database is touched.
+DATABASE = "cdc_warm_up"
 COLUMNS = {"ID": "bigint", "NAME": "string", "QTY": "int", "REGION": "string", "SEQ": "bigint"}
 TABLES = {
     "cdc_warm_up_parquet": {
@@ -53,6 +57,7 @@ def config_rows() -> list[dict[str, Any]]:
     common = {
         "columns": COLUMNS,
         "keys": ["ID"],
+        "database": DATABASE,
         "sequence_by": ["SEQ"],
         "flag_column": "FLAG",
         "schedule": "@hourly",
@@ -66,31 +71,34 @@ def config_rows() -> list[dict[str, Any]]:
 
 
 def changes(run: int) -> list[dict[str, Any]]:
-    """Run `run`'s change set: each key inserted in run 0; later runs update every other key
-    (some into another region), delete every fifth one (half key-only) and re-insert the keys
-    deleted the run before."""
+    """Run `run`'s change set, a change per key at most: every key inserted in run 0; in a later
+    run, a fifth of the keys deleted (half of them key-only), the fifth deleted the run before
+    inserted again, and the other even keys updated, into another region."""
     regions = ("north", "south", "east", "west")
     rows: list[dict[str, Any]] = []
     for key in range(1, KEYS + 1):
         seq = run * KEYS + key
-        if run and key % 5 == 0:
+        if run and key % 5 == run % 5:
             deleted: dict[str, Any] = {"FLAG": "D", "ID": key, "SEQ": seq}
-            if key % 10:  # a key-only delete sends nothing else
+            if (key // 5) % 2:  # a key-only delete sends nothing else
                 deleted |= {"NAME": f"gone-{key}", "QTY": 0, "REGION": regions[key % 4]}
             rows.append(deleted)
-        elif run == 0 or key % 2 == 0:
-            flag = "I" if run == 0 else "U"
-            region = regions[(key + run) % 4]
-            rows.append(
-                {
-                    "FLAG": flag,
-                    "ID": key,
-                    "NAME": f"n{key}-{run}",
-                    "QTY": seq % 1000,
-                    "REGION": region,
-                    "SEQ": seq,
-                }
-            )
+            continue
+        again = run > 1 and key % 5 == (run - 1) % 5
+        if run and not again and key % 2:
+            continue
+        flag = "U" if run and not again else "I"
+        region = regions[(key + run) % 4]
+        rows.append(
+            {
+                "FLAG": flag,
+                "ID": key,
+                "NAME": f"n{key}-{run}",
+                "QTY": seq % 1000,
+                "REGION": region,
+                "SEQ": seq,
+            }
+        )
     return rows
 
 
@@ -136,27 +144,35 @@ def warm_up(url: str, work: Path, runs: int = RUNS) -> float:
     config_file = work / "tables.yaml"
     config_file.write_text(yaml.safe_dump({"tables": config_rows()}))
     configs = load_table_configs(config_file).tables
-    for run in range(runs):
-        hour = START + timedelta(hours=run)
-        interval = Interval(hour, hour + timedelta(hours=1))
-        for name, config in configs.items():
-            land(work / "landing", name, config.file_format, run)
-            paths = TablePaths(name, work / "landing", work / "warehouse")
-            for step in (run_stage, run_overwrite_final):  # a session each, as in a DAG
-                spark = build_connect_session(url, f"cdc-warm-up-{step.__name__}")
-                try:
-                    step(StepContext(spark, config, paths), interval)
-                finally:
-                    spark.stop()
-    spark = build_connect_session(url, "cdc-warm-up-check")
     try:
-        for name in configs:
-            final = str(TablePaths(name, work / "landing", work / "warehouse").final)
-            found = spark.read.format("delta").load(final).count()
-            if found != expected_rows(runs):
-                raise RuntimeError(f"{name}: {found} rows, {expected_rows(runs)} expected")
+        for run in range(runs):
+            hour = START + timedelta(hours=run)
+            interval = Interval(hour, hour + timedelta(hours=1))
+            for name, config in configs.items():
+                land(work / "landing", name, config.file_format, run)
+                paths = TablePaths(name, work / "landing", work / "warehouse")
+                for step in (run_stage, run_overwrite_final):  # a session each, as in a DAG
+                    spark = build_connect_session(url, f"cdc-warm-up-{step.__name__}")
+                    try:
+                        step(StepContext(spark, config, paths), interval)
+                    finally:
+                        spark.stop()
+        spark = build_connect_session(url, "cdc-warm-up-check")
+        try:
+            for name in configs:
+                final = str(TablePaths(name, work / "landing", work / "warehouse").final)
+                found = spark.read.format("delta").load(final).count()
+                if found != expected_rows(runs):
+                    raise RuntimeError(f"{name}: {found} rows, {expected_rows(runs)} expected")
+        finally:
+            spark.stop()
     finally:
-        spark.stop()
+        with contextlib.suppress(Exception):  # a server gone: nothing left to unregister
+            spark = build_connect_session(url, "cdc-warm-up-unregister")
+            try:
+                spark.sql(f"DROP DATABASE IF EXISTS `{DATABASE}` CASCADE")
+            finally:
+                spark.stop()
     return time.monotonic() - started
 
 

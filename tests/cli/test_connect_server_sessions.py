@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from cdc_airflow.local import connect_server
+from cdc_airflow.local import connect_server, warm_up
 
 pytestmark = [pytest.mark.cli, pytest.mark.slow]
 
@@ -38,6 +38,17 @@ def _query(url: str, factor: int) -> list[tuple[Any, ...]]:
         frame = session.range(0, 1000, 1, 2).selectExpr("id % 7 AS k", f"id * {factor} AS v")
         rows = frame.groupBy("k").sum("v").orderBy("k").collect()
         return [tuple(r) for r in rows]
+    finally:
+        session.stop()
+
+
+def _databases(url: str, name: str) -> list[str]:
+    """The catalog databases named `name` at the server at `url`."""
+    from pyspark.sql.connect.session import SparkSession as ConnectSession
+
+    session = ConnectSession.builder.remote(url).create()
+    try:
+        return [row[0] for row in session.sql(f"SHOW DATABASES LIKE '{name}'").collect()]
     finally:
         session.stop()
 
@@ -132,6 +143,7 @@ def test_a_local_server_warms_itself_up_and_a_killed_one_leaves_nothing(
     orphan = temporary / f"cdc-warm-up-{2**22 + 1}-x1y2"  # no such process (above pid_max)
     (orphan / "landing").mkdir(parents=True)
     monkeypatch.setenv("TMPDIR", str(temporary))  # the server's, so the warm-up's, folders
+    monkeypatch.delenv(connect_server.WARM_UP_ENV)  # the tests' own servers skip it (conftest)
     for kill in (False, True):
         log = tmp_path / f"server-{kill}.log"
         server = connect_server.start(master="local[2]", log_path=log)
@@ -148,6 +160,8 @@ def test_a_local_server_warms_itself_up_and_a_killed_one_leaves_nothing(
                 line = _log_line(log, "cdc warm-up:", timeout=240)
                 assert line.startswith("cdc warm-up: done in "), line
                 assert not orphan.exists()
+                # Its made-up tables' catalog entries went with their folders.
+                assert _databases(server.url, warm_up.DATABASE) == []
             deadline = time.monotonic() + 20
             while (
                 _programs(server.pid, b"cdc_airflow.local.warm_up") and time.monotonic() < deadline
