@@ -10,7 +10,7 @@ one classloader and the compiled code, as the steps add no artifacts of their ow
 The program keeps the driver alive: the plugin serves the clients, the JVM exits when this
 process does, and this process exits when the JVM does (Linux's parent-death signal). On a local
 master it also starts the server's warm-up in the background (`warm_up`; off with
-`spark.cdc.warmUp=false`).
+`spark.cdc.warmUp=false`: `warms_up`).
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ import signal
 import subprocess
 import sys
 import threading
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -33,14 +34,23 @@ def _exit_with_parent() -> None:
         libc.prctl(1, signal.SIGTERM)  # 1 = PR_SET_PDEATHSIG
 
 
+# The server's Spark setting that switches its warm-up off (`false`).
+WARM_UP_CONF = "spark.cdc.warmUp"
+
+
+def warms_up(master: str, settings: Mapping[str, str]) -> bool:
+    """Whether a server of `master` with `settings` warms itself up: on a local master (a
+    cluster's executors cannot reach this machine's temporary folder), unless switched off."""
+    switched_off = settings.get(WARM_UP_CONF, "true").strip().lower() == "false"
+    return master.startswith("local") and not switched_off
+
+
 def start_warm_up(spark: Any) -> subprocess.Popen[bytes] | None:
-    """On a local master, unless `spark.cdc.warmUp` is false: `warm_up` against this server, in
-    the background, its output in the server's log; it dies with this process."""
-    conf = spark.sparkContext.getConf()
-    if conf.get("spark.cdc.warmUp", "true").strip().lower() == "false":
+    """When the server `warms_up`: `warm_up` against it, in the background, its output in the
+    server's log; it dies with this process."""
+    conf = dict(spark.sparkContext.getConf().getAll())
+    if not warms_up(conf.get("spark.master", ""), conf):
         return None
-    if not conf.get("spark.master", "").startswith("local"):
-        return None  # a cluster's executors cannot reach this machine's temporary folder
     host = conf.get("spark.connect.grpc.binding.address", "127.0.0.1")
     port = conf.get("spark.connect.grpc.binding.port", "15002")
     url = f"sc://{'127.0.0.1' if host in ('0.0.0.0', '::', '') else host}:{port}"

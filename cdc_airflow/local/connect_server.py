@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
 
+from cdc_airflow.local.connect_driver import WARM_UP_CONF
 from cdc_pipeline.jvm import CONNECT_DEFAULT_PORT, CONNECT_SERVER_MEMORY, utf8_locale
 
 # The server is Spark's Connect plugin on a driver of our own (connect_driver.py), not Spark's
@@ -171,7 +172,7 @@ def server_conf(
         "spark.app.name": "cdc-connect-server",
     }
     if os.environ.get(WARM_UP_ENV, "").strip().lower() == "false":
-        settings["spark.cdc.warmUp"] = "false"  # connect_driver.start_warm_up; `conf` wins
+        settings[WARM_UP_CONF] = "false"  # `conf` wins
     settings.update(conf or {})
     # A user's own plugins run beside the Connect plugin, which the server cannot serve without.
     plugins = [p.strip() for p in settings["spark.plugins"].split(",") if p.strip()]

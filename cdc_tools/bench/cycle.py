@@ -34,6 +34,7 @@ from typing import Any, Literal
 
 import yaml
 
+from cdc_airflow.local.connect_driver import warms_up
 from cdc_airflow.local.launcher import LOCAL_SPARK, LocalAirflow
 from cdc_airflow.local.runs import MetadataDB, RunRow, TaskRow, wait_for_dag_runs
 from cdc_pipeline.intervals import HourBatch
@@ -657,18 +658,17 @@ def warm_up(
 
 
 SERVER_WARM_UP_TIMEOUT = 180.0
+NO_WARM_UP_LINE = "none in the server's log"  # not (yet) done nor failed
 
 
 def wait_for_server_warm_up(local: BenchAirflow, timeout: float) -> None:
     """Until the launcher's Connect server logs its warm-up's end (done or failed), at most
     `timeout` seconds; not at all for a server that does not warm up."""
     server = local.connect_server
-    if server is None or not server.master.startswith("local"):
-        return
-    if server.conf.get("spark.cdc.warmUp", "true").strip().lower() == "false":
+    if server is None or not warms_up(server.master, server.conf):
         return
     deadline = time.monotonic() + timeout
-    while not server_warm_up(local).get("server_warm_up", "").startswith(("done", "cdc ")):
+    while server_warm_up(local).get("server_warm_up") == NO_WARM_UP_LINE:
         if time.monotonic() > deadline:
             print(f"bench-cycle: no end of the server's warm-up within {timeout:.0f} s", flush=True)
             return
@@ -685,7 +685,7 @@ def server_warm_up(local: BenchAirflow) -> dict[str, Any]:
     found = [line for line in lines if line.startswith("cdc warm-up: ")]
     done = re.fullmatch(r"cdc warm-up: done in ([0-9.]+) s, at (\S+)", found[0]) if found else None
     if done is None:
-        return {"server_warm_up": found[0] if found else "none in the server's log"}
+        return {"server_warm_up": found[0] if found else NO_WARM_UP_LINE}
     return {
         "server_warm_up": "done",
         "server_warm_up_seconds": float(done[1]),
