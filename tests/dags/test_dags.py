@@ -190,3 +190,42 @@ def test_every_task_of_a_parse_gets_the_jars_and_environment_worked_out_once(
     assert {t.submit.env_vars["CDC_CONFIG"] for t in tasks} == {str(config.resolve())}
     assert {t.config_path for t in tasks} == {str(config.resolve())}
     assert len({id(t.submit.env_vars) for t in tasks}) == 12  # one task's change stays its own
+
+
+def test_the_serialized_dag_leaves_the_hooks_out_and_keeps_the_params(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """What the dag-processor stores of a task: no pre/post_execute hook's source text (the
+    task process runs the hooks from the DAG file), the params exactly as Airflow serializes
+    them, and a DAG the scheduler's side reads back with its trigger form's param."""
+    from airflow.serialization.serialized_objects import DagSerialization
+
+    from cdc_airflow.operator import CdcStepOperator
+
+    row = {**ROW, "max_quarantine_fraction": 0.1}
+    dag = dagbag(write(tmp_path, [row]), monkeypatch).dags["cdc_t"]
+    stage = dag.get_task("stage")
+    assert stage._pre_execute_hook is not None and stage._post_execute_hook is not None
+    data = DagSerialization.to_dict(dag)
+    tasks = {t["__var"]["task_id"]: t["__var"] for t in data["dag"]["tasks"]}
+    assert len(tasks) == 6
+    for task_id, task in tasks.items():
+        assert not {"_pre_execute_hook", "_post_execute_hook"} & set(task)
+        params = dag.get_task(task_id).params
+        assert task["params"] == DagSerialization._serialize_params_dict(params)
+    # Without the override, the same task but for the two hooks' source text.
+    fields = CdcStepOperator.__dict__["get_serialized_fields"]
+    try:
+        del CdcStepOperator.get_serialized_fields
+        plain = DagSerialization.to_dict(dag)
+    finally:
+        CdcStepOperator.get_serialized_fields = fields
+    before = {t["__var"]["task_id"]: t["__var"] for t in plain["dag"]["tasks"]}
+    assert "def __call__" in before["stage"]["_post_execute_hook"]
+    for task_id, task in before.items():
+        task.pop("_pre_execute_hook")
+        task.pop("_post_execute_hook", None)
+        assert task == tasks[task_id]
+    read = DagSerialization.from_dict(data)
+    assert read.params["force_maintenance"] is False
+    assert read.get_task("overwrite_final").params["force_maintenance"] is False
