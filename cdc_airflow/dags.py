@@ -12,7 +12,7 @@ from airflow.sdk import DAG, CronDataIntervalTimetable, Param, get_parsing_conte
 
 from cdc_airflow.operations import dag_arguments, task_arguments
 from cdc_airflow.operator import SPARK_JOBS_DIR, CdcStepOperator, spark_environment
-from cdc_pipeline.config import ConfigLoadResult, default_config_path, load_table_configs
+from cdc_pipeline.config import default_config_path, load_table_configs
 from cdc_pipeline.paths import spark_jars
 from cdc_pipeline.planning import DagPlan, TaskPlan, cron_of, plan_table_dag
 from cdc_pipeline.steps import step_named
@@ -117,18 +117,3 @@ def build_dags(config_path: Path | str | None = None) -> dict[str, DAG]:
         except Exception:
             log.exception("table %s: its DAG could not be built", name)
     return dags
-
-
-def config_problems_message(result: ConfigLoadResult) -> str | None:
-    """The import error text for invalid config rows, or None when every row is valid."""
-    if not result.problems:
-        return None
-    lines = "\n".join(str(p) for p in result.problems)
-    return f"invalid rows in the CDC config table (these tables have no DAG):\n{lines}"
-
-
-def raise_config_problems(config_path: Path | str | None = None) -> None:
-    """Raise the invalid rows as this DAG file's import error (the valid DAGs load elsewhere)."""
-    message = config_problems_message(load_table_configs(config_path))
-    if message:
-        raise ValueError(message)
