@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import logging
 import os
+import signal
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -39,6 +40,30 @@ CLASSIC, CONNECT = "classic", "connect"
 # would run at start (about 27 CPU-s): only the shared `connect_server` below and the warm-up's
 # own test run it (tests/cli/test_connect_server_sessions.py).
 os.environ["CDC_CONNECT_WARM_UP"] = "false"
+
+
+def _terminated(signum: int, frame: object) -> None:
+    """SIGTERM in a test process: as Ctrl-C in the process pytest_configure ran in; in a process
+    forked from it, the default (the process ends)."""
+    if os.getpid() != _PYTEST_PID:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        os.kill(os.getpid(), signal.SIGTERM)
+        return
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
+_PYTEST_PID = os.getpid()
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """`make test` stopped by SIGTERM (a CI timeout, `kill`) tears the fixtures down as Ctrl-C
+    does, so the servers they started in process groups of their own (PostgreSQL, the S3
+    server, Spark, Airflow's services, a Kafka broker) are stopped by them: Python's default
+    ends the process with no teardown, and those servers kept running. Each xdist worker is a
+    process of its own and gets the same handler."""
+    global _PYTEST_PID
+    _PYTEST_PID = os.getpid()
+    signal.signal(signal.SIGTERM, _terminated)
 
 
 # Tests that need what `make test` cannot fetch in CI's time or from the indexes it reaches:
