@@ -3,8 +3,10 @@ declared types."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -64,9 +66,16 @@ def probe_parquet(landing_file: LandingFile) -> dict[str, str]:
 
     Raises OSError or pyarrow's ArrowException when the footer cannot be read.
     """
+    return probe_footer(landing_file)[0]
+
+
+def probe_footer(landing_file: LandingFile) -> tuple[dict[str, str], dict[str, str] | None]:
+    """`probe_parquet`'s types, and the same when each is exactly the type Spark's own schema
+    inference gives the column (`exact_types`), else None."""
     with store_for(landing_file.path).open_read(landing_file.path) as handle:
         footer = pq.ParquetFile(handle)
         schema, metadata = footer.schema_arrow, footer.metadata
+        parquet_schema = footer.schema
     codecs = {
         metadata.row_group(g).column(c).compression
         for g in range(metadata.num_row_groups)
@@ -78,7 +87,52 @@ def probe_parquet(landing_file: LandingFile) -> dict[str, str]:
             f"compressed with {', '.join(unreadable)}, a codec Spark has no reader for; write it "
             "with snappy, zstd or gzip (pyarrow: write_table(..., compression='zstd'))"
         )
-    return {f.name: spark_type_of(f.type) for f in schema}
+    types = {f.name: spark_type_of(f.type) for f in schema}
+    return types, exact_types(parquet_schema, types)
+
+
+def exact_types(parquet_schema: pq.ParquetSchema, types: dict[str, str]) -> dict[str, str] | None:
+    """`types` when every column is a flat one whose Spark type follows from its Parquet
+    physical and logical type alone, as Spark's inference (`ParquetToSparkSchemaConverter`)
+    gives it and as `spark_type_of` read it from Arrow: then a read given these types needs no
+    inference (a Spark job over the footers). None for any other column: nested, unsigned,
+    binary, a time without zone or in nanoseconds, INT96, names equal but for case, or where
+    the two readings differ."""
+    columns = [parquet_schema.column(i) for i in range(len(parquet_schema))]
+    names = [c.path for c in columns]
+    if names != list(types) or len({n.lower() for n in names}) != len(names):
+        return None
+    for column in columns:
+        if column.max_repetition_level != 0 or "." in column.path:
+            return None
+        if _inferred_type(column) != types[column.path]:
+            return None
+    return dict(types)
+
+
+def _inferred_type(column: Any) -> str | None:
+    """The Spark type Spark's Parquet schema inference gives a flat column, for the physical and
+    logical types whose answer does not depend on a setting; None for the others."""
+    physical, logical = column.physical_type, json.loads(column.logical_type.to_json())
+    kind = logical.get("Type")
+    if kind == "None":
+        return _PLAIN.get(physical)
+    if kind == "Int" and logical.get("isSigned") and physical in ("INT32", "INT64"):
+        return _SIGNED.get(logical.get("bitWidth"))
+    if kind == "String" and physical == "BYTE_ARRAY":
+        return "string"
+    if kind == "Date" and physical == "INT32":
+        return "date"
+    if kind == "Decimal" and 0 < logical.get("precision", 0) <= 38:
+        return f"decimal({logical['precision']},{logical.get('scale', 0)})"
+    if kind == "Timestamp" and logical.get("isAdjustedToUTC") and physical == "INT64":
+        return "timestamp" if logical.get("timeUnit") in ("milliseconds", "microseconds") else None
+    return None
+
+
+_PLAIN = {"INT32": "int", "INT64": "bigint", "FLOAT": "float", "DOUBLE": "double"}
+_PLAIN["BOOLEAN"] = "boolean"
+_SIGNED = {8: "tinyint", 16: "smallint", 32: "int", 64: "bigint"}
 
 
 # Parquet codecs pyarrow writes and Spark's Parquet reader cannot decompress (no codec class).
@@ -96,6 +150,9 @@ class ParquetPlan:
     groups: list[list[LandingFile]] = field(default_factory=list)
     column_types: dict[str, str] = field(default_factory=dict)  # the type each column is read as
     nanos: set[str] = field(default_factory=set)  # timestamp columns in nanoseconds in a file
+    # Per group: its column types when each is the type Spark's inference gives (`exact_types`):
+    # the group is then read with them, without inference; else None.
+    exact: list[dict[str, str] | None] = field(default_factory=list)
     refusals: list[Refusal] = field(default_factory=list)
 
 
@@ -112,18 +169,8 @@ def plan_parquet(
     columns (or, without declared columns, the type most of the run's files give a column; ties
     go to the earlier file); group the others by schema and pick each column's read type."""
     plan = ParquetPlan()
-    schemas: list[tuple[LandingFile, dict[str, str]]] = []
-    for landing_file in files:
-        try:
-            schemas.append((landing_file, probe_parquet(landing_file)))
-        except (OSError, pa.ArrowException, UnsupportedParquetError) as error:
-            message = (str(error).strip().splitlines() or [type(error).__name__])[0]
-            plan.refusals.append(
-                _refusal(
-                    landing_file,
-                    f"unreadable Parquet file ({landing_file.size} bytes): {message}",
-                )
-            )
+    probed = _probe_all(files, plan)
+    schemas = [(landing_file, types) for landing_file, types, _ in probed]
     reference: dict[str, str] = {}
     if declared is not None:
         reference = {**declared, flag_source: "string"}
@@ -166,9 +213,39 @@ def plan_parquet(
         for column, spark_type in schema.items():
             found.setdefault(column, set()).add(spark_type)
     plan.groups = list(groups.values())
+    plan.exact = [_group_exact(group, {f: e for f, _, e in probed}) for group in plan.groups]
     plan.column_types = _read_types(found, declared=declared is not None)
     plan.nanos = {c for c, types in found.items() if any(t.endswith(NANOS) for t in types)}
     return plan
+
+
+def _probe_all(
+    files: Sequence[LandingFile], plan: ParquetPlan
+) -> list[tuple[LandingFile, dict[str, str], dict[str, str] | None]]:
+    """Each readable file with its footer types and exact types (`probe_footer`), in order; the
+    others refused."""
+    probed = []
+    for landing_file in files:
+        try:
+            probed.append((landing_file, *probe_footer(landing_file)))
+        except (OSError, pa.ArrowException, UnsupportedParquetError) as error:
+            message = (str(error).strip().splitlines() or [type(error).__name__])[0]
+            plan.refusals.append(
+                _refusal(
+                    landing_file,
+                    f"unreadable Parquet file ({landing_file.size} bytes): {message}",
+                )
+            )
+    return probed
+
+
+def _group_exact(
+    group: Sequence[LandingFile], exact_by_file: dict[LandingFile, dict[str, str] | None]
+) -> dict[str, str] | None:
+    """A group's types when every file's are exact (`exact_types`) and the same, else None."""
+    exact = [exact_by_file[f] for f in group]
+    first = exact[0]
+    return first if first is not None and all(e == first for e in exact) else None
 
 
 def _read_types(found: dict[str, set[str]], *, declared: bool) -> dict[str, str]:

@@ -8,9 +8,10 @@ import re
 from collections.abc import Sequence
 from functools import reduce
 
-from pyspark.sql import Column, DataFrame, SparkSession, Window
+from pyspark.sql import Column, DataFrame, DataFrameReader, SparkSession, Window
 from pyspark.sql import functions as F
 
+from cdc_pipeline.columns import quoted
 from cdc_pipeline.config import TableConfig
 from cdc_pipeline.intervals import HOUR_FOLDER_PATTERN
 from spark_jobs import landing
@@ -107,29 +108,29 @@ def _read_parquet(
     nanos = plan.nanos
     if nanos:
         spark.conf.set(NANOS_AS_LONG, "true")  # else Spark refuses the column
+    exact = plan.exact if len(plan.exact) == len(plan.groups) else [None] * len(plan.groups)
     frames = [
         _nanos_as_text(
-            _with_arrival(
-                spark.read.option("mergeSchema", "true").parquet(
-                    *[landing.spark_path(f.path) for f in group]
-                ),
-                "row_index",
-            ),
+            _with_arrival(_parquet_reader(spark, types).parquet(*_spark_paths(group)), "row_index"),
             _nanos_columns(group) if nanos else set(),
         )
-        for group in plan.groups
+        for group, types in zip(plan.groups, exact, strict=True)
     ]
     # The nanosecond columns are text in every group, typed (and checked) row by row.
     read_types = {c: "string" if c in nanos else t for c, t in plan.column_types.items()}
     found = {c: _without_nanos(t) for c, t in plan.column_types.items()}
     if len(frames) == 1:
         frame = frames[0]
+        # The types Spark reads: known without asking it when the footers gave them exactly.
+        read = exact[0] or {f.name: f.dataType.simpleString() for f in frame.schema.fields}
         found = {
-            f.name: found[f.name] if f.name in nanos else f.dataType.simpleString()
-            for f in frame.schema.fields
-            if f.name not in technical
+            name: found[name] if name in nanos else kind
+            for name, kind in read.items()
+            if name not in technical
         }
-        return _flat_read(table, frame, found)
+        # The frame's columns: the file's, then the arrival columns (`_with_arrival`).
+        columns = [*exact[0], *ARRIVAL] if exact[0] else None
+        return _flat_read(table, frame, found, columns)
     cast = [
         frame.select(
             *[
@@ -144,6 +145,19 @@ def _read_parquet(
     result = reduce(lambda a, b: a.unionByName(b, allowMissingColumns=True), cast)
     found = {c: t for c, t in found.items() if c not in technical}
     return _flat_read(table, result, found)
+
+
+def _spark_paths(group: Sequence[LandingFile]) -> list[str]:
+    return [landing.spark_path(f.path) for f in group]
+
+
+def _parquet_reader(spark: SparkSession, exact: dict[str, str] | None) -> DataFrameReader:
+    """A Parquet reader given the files' types when the footers gave them exactly
+    (`landing.probe.exact_types`): Spark then runs no job of its own to read the footers again
+    (its inference does, even for one file). Else Spark infers them, merging the group's files."""
+    if exact:
+        return spark.read.schema(", ".join(f"{quoted(c)} {t}" for c, t in exact.items()))
+    return spark.read.option("mergeSchema", "true")
 
 
 # Spark reads a Parquet timestamp in nanoseconds only as its count since the epoch.
@@ -173,12 +187,15 @@ def _nanos_as_text(frame: DataFrame, columns: set[str]) -> DataFrame:
     return frame
 
 
-def _flat_read(table: TableConfig, frame: DataFrame, found: dict[str, str]) -> ChangeRead:
-    """A parquet or csv read: declared columns win; undeclared ones are reported."""
+def _flat_read(
+    table: TableConfig, frame: DataFrame, found: dict[str, str], columns: list[str] | None = None
+) -> ChangeRead:
+    """A parquet or csv read: declared columns win; undeclared ones are reported. `columns`:
+    the frame's, when known without asking Spark."""
     if table.columns is None:
-        return ChangeRead(frame, dict(found))
+        return ChangeRead(frame, dict(found), columns=columns)
     undeclared = sorted(set(found) - set(table.columns))
-    return ChangeRead(frame, dict(table.columns), undeclared=undeclared)
+    return ChangeRead(frame, dict(table.columns), undeclared=undeclared, columns=columns)
 
 
 def arrival_names(versions: dict[tuple[str, str], str]) -> Column:

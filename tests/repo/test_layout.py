@@ -33,8 +33,6 @@ LONG_FUNCTIONS = {
     "spark_jobs.formats.snapshot.derive_changes": 67,
     # the Debezium envelope's column expressions, one per field kind
     "spark_jobs.formats.debezium.parse_debezium": 90,
-    # one pass over the Parquet footers (unreadable, contradicting, grouped by schema)
-    "spark_jobs.landing.probe.plan_parquet": 64,
     # the crash-recovery cases of one file version, kept together to be read as one rule
     "spark_jobs.staging.recovery.settle_unrecorded": 93,
     # the generator's change mix of one hour, as one Spark plan
