@@ -130,8 +130,13 @@ def _inferred_type(column: Any) -> str | None:
     return None
 
 
-_PLAIN = {"INT32": "int", "INT64": "bigint", "FLOAT": "float", "DOUBLE": "double"}
-_PLAIN["BOOLEAN"] = "boolean"
+_PLAIN = {
+    "INT32": "int",
+    "INT64": "bigint",
+    "FLOAT": "float",
+    "DOUBLE": "double",
+    "BOOLEAN": "boolean",
+}
 _SIGNED = {8: "tinyint", 16: "smallint", 32: "int", 64: "bigint"}
 
 
