@@ -218,7 +218,8 @@ def plan_parquet(
         for column, spark_type in schema.items():
             found.setdefault(column, set()).add(spark_type)
     plan.groups = list(groups.values())
-    plan.exact = [_group_exact(group, {f: e for f, _, e in probed}) for group in plan.groups]
+    exact_of = {f: e for f, _, e in probed}
+    plan.exact = [_group_exact(group, exact_of) for group in plan.groups]
     plan.column_types = _read_types(found, declared=declared is not None)
     plan.nanos = {c for c, types in found.items() if any(t.endswith(NANOS) for t in types)}
     return plan

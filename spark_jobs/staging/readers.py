@@ -79,7 +79,7 @@ def read_landing(
 ) -> ChangeRead:
     """The change rows of `files` as read (csv/json values as text) with arrival columns;
     Parquet files as `parquet` groups them (probed here when not given)."""
-    paths = [landing.spark_path(f.path) for f in files]
+    paths = _spark_paths(files)
     one_task = read_in_one_task(files)
     if table.file_format == "json":
         lines = _with_arrival(spark.read.text(paths), "scan", one_task=one_task)
@@ -108,7 +108,7 @@ def _read_parquet(
     nanos = plan.nanos
     if nanos:
         spark.conf.set(NANOS_AS_LONG, "true")  # else Spark refuses the column
-    exact = plan.exact if len(plan.exact) == len(plan.groups) else [None] * len(plan.groups)
+    exact = plan.exact
     frames = [
         _nanos_as_text(
             _with_arrival(_parquet_reader(spark, types).parquet(*_spark_paths(group)), "row_index"),

@@ -482,3 +482,30 @@ def test_exact_ties_go_to_the_later_staged_version_whatever_its_name(
     # A new file landed later ranks by its name among the hour's first versions.
     land_and_run("c.json", 6)
     assert table_rows(paths.final, ["ID", "N", "_cdc_file"]) == [(1, 5, "~0003~a.json")]
+
+
+def test_a_parquet_file_rewritten_with_other_types_after_its_probe_is_never_misread(
+    spark, workspace: Workspace, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Its footer's types are given to Spark's read (no inference): a file replaced after the
+    # probe by one of other types must fail the read or wait for the next run, never be read
+    # as the old types.
+    table = workspace.configure(PARQUET)["p"]
+    folder = hour_folder(workspace, "p", "2024-01-01T20")
+    pq.write_table(parquet_rows([1]), folder / "a.parquet")
+    real_read = stage_rows.read_landing
+
+    def rewrite_then_read(*args: Any, **kwargs: Any) -> Any:
+        wide = parquet_rows([2]).set_column(2, "V", pa.array([2**40], pa.int64()))
+        pq.write_table(wide.set_column(1, "ID", pa.array(["2"])), folder / "a.parquet")
+        return real_read(*args, **kwargs)
+
+    monkeypatch.setattr(stage_rows, "read_landing", rewrite_then_read)
+    with pytest.raises(Exception, match=r"PARQUET_COLUMN_DATA_TYPE_MISMATCH.*a\.parquet"):
+        run(spark, workspace, table, "2024-01-01T20", "2024-01-01T21")  # a retry's failure
+    paths = workspace.paths("p")
+    assert not paths.ledger.exists() and not paths.final.exists()  # nothing staged
+    monkeypatch.setattr(stage_rows, "read_landing", real_read)
+    retry, _ = run(spark, workspace, table, "2024-01-01T20", "2024-01-01T21")
+    assert (retry.counts["new_files"], retry.counts["staged"]) == (1, 1)
+    assert table_rows(paths.final, ["ID", "V"]) == [("2", 2**40)]

@@ -14,6 +14,7 @@ import pytest
 
 from spark_jobs import landing
 from spark_jobs.landing.probe import probe_footer
+from spark_jobs.staging import readers
 
 pytestmark = pytest.mark.spark
 
@@ -117,7 +118,7 @@ def test_exact_footer_types_are_the_types_spark_infers(spark, tmp_path: Path, ca
     inferred = spark.read.parquet(landing.spark_path(path)).schema
     assert exact == {f.name: f.dataType.simpleString() for f in inferred.fields}
     # Read with them, the rows are the rows Spark's inference reads.
-    given = spark.read.schema(", ".join(f"`{c}` {t}" for c, t in exact.items()))
+    given = readers._parquet_reader(spark, exact)
     assert given.parquet(landing.spark_path(path)).collect() == (
         spark.read.parquet(landing.spark_path(path)).collect()
     )
