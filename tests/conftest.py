@@ -27,6 +27,8 @@ from typing import Any
 
 import pytest
 
+from cdc_airflow.local.connect_driver import WARM_UP_CONF
+from cdc_airflow.local.connect_server import WARM_UP_ENV
 from tests.helpers import Workspace
 
 # py4j logs "Closing down clientserver connection" (INFO) from a finalizer at interpreter exit,
@@ -39,7 +41,7 @@ CLASSIC, CONNECT = "classic", "connect"
 # The Connect servers the tests start (about 20 in a run, many at once) skip the warm-up each
 # would run at start (about 27 CPU-s): only the shared `connect_server` below and the warm-up's
 # own test run it (tests/cli/test_connect_server_sessions.py).
-os.environ["CDC_CONNECT_WARM_UP"] = "false"
+os.environ[WARM_UP_ENV] = "false"
 
 
 def _terminated(signum: int, frame: object) -> None:
@@ -52,7 +54,7 @@ def _terminated(signum: int, frame: object) -> None:
     raise KeyboardInterrupt(f"signal {signum}")
 
 
-_PYTEST_PID = os.getpid()
+_PYTEST_PID = 0  # the process pytest_configure ran in
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -211,7 +213,7 @@ def connect_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     log = tmp_path_factory.mktemp("connect") / "server.log"
     server = connect_server.start(
         master="local[2]",
-        conf={"spark.sql.shuffle.partitions": "2", "spark.cdc.warmUp": "true"},
+        conf={"spark.sql.shuffle.partitions": "2", WARM_UP_CONF: "true"},
         log_path=log,
     )
     try:
