@@ -27,6 +27,14 @@ TYPES = "__types"
 
 LINE = "value"
 
+# A line's parse, structure and strict check: columns of their own, each computed once a line
+# (an expression used several times is computed once only in a projection of its own).
+PARSED = "__parsed"
+
+STRUCTURE = "__structure"
+
+STRICT = "__strict"
+
 NOT_UTF8 = "malformed line: not valid UTF-8 text (its bytes that are not are U+FFFD in _cdc_raw)"
 
 
@@ -129,23 +137,30 @@ SURROGATE = "malformed line: a \\u escape is a lone UTF-16 surrogate, not a char
 DUPLICATE = "malformed line: a field is named more than once in one object"
 
 
-def strict_reason(v: Column) -> Column:
+def structure(line: Column) -> Column:
+    """A line's structure (`NO_ESCAPES`, `STRINGS`): `strict_reason`'s input, computed once."""
+    return F.regexp_replace(F.regexp_replace(line, NO_ESCAPES, ""), STRINGS, '""')
+
+
+def strict_reason(v: Column, line_structure: Column) -> Column:
     """Why a line is not exactly one JSON value, beyond Spark's parse (null when it is): Spark
     reads the first value of `{..}{..}` and drops the rest; an unparsed line says what in it is
-    not JSON (a NaN literal, a lone surrogate, a repeated field) rather than "not JSON"."""
+    not JSON (a NaN literal, a lone surrogate, a repeated field) rather than "not JSON".
+
+    `v` and `line_structure` (`structure`) are columns of the lines' frame, each computed once
+    a line: the checks refer to them several times."""
     line = F.col(LINE)
-    structure = F.regexp_replace(F.regexp_replace(line, NO_ESCAPES, ""), STRINGS, '""')
 
-    def count(characters: str) -> Column:
-        return F.length(F.regexp_replace(structure, f"[^{characters}]", ""))
+    def without(bracket: str) -> Column:  # two brackets balance when removing either leaves as much
+        return F.length(F.replace(line_structure, F.lit(bracket), F.lit("")))
 
-    unbalanced = (count("{") != count("}")) | (count(r"\[") != count(r"\]"))
+    unbalanced = (without("{") != without("}")) | (without("[") != without("]"))
     keys = F.expr(f"json_object_keys({LINE})")
     return (
-        F.when(v.isNotNull() & (structure.rlike(AFTER_CLOSE) | unbalanced), F.lit(TRAILING))
+        F.when(v.isNotNull() & (line_structure.rlike(AFTER_CLOSE) | unbalanced), F.lit(TRAILING))
         .when(v.isNotNull() | too_deep(v), F.lit(None))
         .when(line.rlike(LONE_SURROGATE), F.lit(SURROGATE))
-        .when(structure.rlike(NON_NUMBER), F.lit(NAN_LITERAL))
+        .when(line_structure.rlike(NON_NUMBER), F.lit(NAN_LITERAL))
         .when(F.size(keys) != F.size(F.array_distinct(keys)), F.lit(DUPLICATE))
     )
 

@@ -24,9 +24,13 @@ from spark_jobs.formats.json_lines import (
     LINE,
     NOT_UTF8,
     OP,
+    PARSED,
+    STRICT,
+    STRUCTURE,
     TYPES,
     ChangeRead,
     strict_reason,
+    structure,
     variant_type,
 )
 from spark_jobs.formats.wal2json import parse_wal2json, postgres_type
@@ -68,7 +72,7 @@ def read_json_changes(
             F.map_keys(F.col(f"__change.{IMAGE}")).alias(CARRIED),
             F.when(malformed, F.make_valid_utf8(F.col(LINE))).alias(RAW),
             F.when(malformed, F.col(FORMAT_ERROR)).alias(FORMAT_ERROR),
-            *([F.col(LINE).alias(SOURCE_LINE)] if _exact_text_columns(table) else []),
+            *([_numbers_written().alias(NUMBERS)] if _exact_text_columns(table) else []),
             *[F.col(name) for name in format_columns],
             *[F.col(c) for c in ARRIVAL],
         )
@@ -111,16 +115,22 @@ def _frame_columns(
 def _parsed_lines(table: TableConfig, lines: DataFrame) -> tuple[DataFrame, dict[str, Column]]:
     """Each non-blank line parsed: its kind, format error, changes and format columns (and the
     format columns' expressions)."""
-    v = F.try_parse_json(F.col(LINE))
+    line = F.col(LINE)
+    lines = lines.filter(F.trim(line) != "")
+    lines = lines.select(
+        "*", F.try_parse_json(line).alias(PARSED), structure(line).alias(STRUCTURE)
+    )
+    v = F.col(PARSED)
+    lines = lines.select("*", strict_reason(v, F.col(STRUCTURE)).alias(STRICT))
     kind, error, changes, format_columns = PARSERS[table.change_format](table, v)
     # Spark keeps a text line's bytes as they are; JSON parsing would turn bytes that are not
     # UTF-8 into U+FFFD silently, so such a line is quarantined instead (its raw text made valid).
-    utf8 = F.is_valid_utf8(F.col(LINE))
-    strict = strict_reason(v)
+    utf8 = F.is_valid_utf8(line)
+    strict = F.col(STRICT)
     kind = F.when(~utf8 | strict.isNotNull(), F.lit("malformed")).otherwise(kind)
     error = F.when(~utf8, F.lit(NOT_UTF8)).when(strict.isNotNull(), strict).otherwise(error)
-    parsed = lines.filter(F.trim(F.col(LINE)) != "").select(
-        F.col(LINE),
+    parsed = lines.select(
+        line,
         *[F.col(c) for c in ARRIVAL],
         kind.alias(KIND),
         error.alias(FORMAT_ERROR),
@@ -251,25 +261,43 @@ def _exact_text_columns(table: TableConfig) -> set[str]:
     return set(table.columns)
 
 
-SOURCE_LINE = "__line"
+NUMBERS = "__numbers"
 
-# A top-level field's number as written on the line: the line split at its quotes (escapes
-# removed first) alternates text outside strings and string contents; the depth of the
-# brackets outside strings finds the field name at the object's own level, and the text after
-# it the number.
-NUMBER_TEXT = r"""aggregate(
+# Each top-level field's number as written on the line, name -> text (the first of a name sent
+# twice): the line split at its quotes (escapes removed first) alternates text outside strings
+# and string contents; the depth of the brackets outside strings finds the names at the
+# object's own level, and the text after one its number.
+NUMBERS_WRITTEN = r"""aggregate(
   split(regexp_replace({line}, '\\\\.', ''), '"', -1),
-  named_struct('inside', false, 'depth', 0, 'named', false, 'text', CAST(NULL AS STRING)),
+  named_struct('inside', false, 'depth', 0, 'name', CAST(NULL AS STRING),
+    'found', CAST(map() AS map<string,string>)),
   (acc, part) -> named_struct(
     'inside', NOT acc.inside,
     'depth', CASE WHEN acc.inside THEN acc.depth ELSE acc.depth
       + length(regexp_replace(part, '[^\\[{{]', '')) - length(regexp_replace(part, '[^\\]}}]', ''))
       END,
-    'named', acc.inside AND acc.depth = 1 AND part = '{name}',
-    'text', CASE WHEN NOT acc.inside AND acc.named AND acc.text IS NULL
-      THEN nullif(regexp_extract(part, '^\\s*:\\s*(-?[0-9][0-9.eE+-]*)', 1), '')
-      ELSE acc.text END),
-  acc -> acc.text)"""
+    'name', CASE WHEN acc.inside AND acc.depth = 1 THEN part END,
+    'found', CASE WHEN NOT acc.inside AND acc.name IS NOT NULL
+        AND NOT map_contains_key(acc.found, acc.name)
+        AND regexp_extract(part, '^\\s*:\\s*(-?[0-9][0-9.eE+-]*)', 1) != ''
+      THEN map_concat(acc.found,
+        map(acc.name, regexp_extract(part, '^\\s*:\\s*(-?[0-9][0-9.eE+-]*)', 1)))
+      ELSE acc.found END),
+  acc -> acc.found)"""
+
+
+def _is_number(value: Column) -> Column:
+    """A JSON value the parse holds as a double or decimal (its text may differ from the line's)."""
+    kind = F.schema_of_variant(value)
+    return kind.startswith("DECIMAL") | kind.isin("DOUBLE", "FLOAT")
+
+
+def _numbers_written() -> Column:
+    """A change row's `NUMBERS_WRITTEN`, only when its image holds a number that needs it (one
+    expression for every column: its analysis is a fixed cost of each read)."""
+    image = F.col(f"__change.{IMAGE}")
+    needed = F.exists(F.map_values(image), _is_number)
+    return F.when(needed, F.expr(NUMBERS_WRITTEN.format(line=LINE)))
 
 
 def _value(name: str, conversion: str | None, *, exact: bool = False) -> Column:
@@ -277,10 +305,8 @@ def _value(name: str, conversion: str | None, *, exact: bool = False) -> Column:
     `exact`: a number as the line wrote it."""
     text = F.variant_get(F.col(IMAGE)[name], "$", "string")
     if exact:
-        kind = F.schema_of_variant(F.col(IMAGE)[name])
-        number = kind.startswith("DECIMAL") | kind.isin("DOUBLE", "FLOAT")
-        written = F.expr(NUMBER_TEXT.format(line=SOURCE_LINE, name=name))
-        return F.when(number, F.coalesce(written, text)).otherwise(text)
+        written = F.col(NUMBERS)[name]
+        return F.when(_is_number(F.col(IMAGE)[name]), F.coalesce(written, text)).otherwise(text)
     if conversion is None:
         return text
     return F.expr(conversion.format(v=f"variant_get({IMAGE}['{name}'], '$', 'string')")).cast(
