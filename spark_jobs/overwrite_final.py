@@ -73,7 +73,7 @@ from spark_jobs.runtime.session import (
     new_observation,
     observe,
     observed_metrics,
-    plan_small_run,
+    plan_run,
 )
 
 ROUTE = delta.ROUTE_COLUMN  # "final" or "tombstones": which table an output row is for
@@ -93,7 +93,7 @@ BROADCAST_CHANGES_MAX = 1_000_000
 # the key-range checks) and the changes are not cached; above it the keys are a cached distinct
 # of the changes.
 LOCAL_KEYS_MAX = 100_000
-# Up to this many changes a run is planned without adaptive execution (`plan_small_run`).
+# Up to this many changes a run is planned without adaptive execution (`plan_run`).
 SMALL_RUN_CHANGES = 1_000
 
 
@@ -627,8 +627,7 @@ def run_overwrite_final(
     delta.inject_fault("overwrite_final:before_first_write")
     changes = _pending_changes(context, staging, pending)
     report.result.changes = total = _count_changes(staging, pending, changes)
-    if total <= SMALL_RUN_CHANGES:
-        plan_small_run(context.spark)
+    plan_run(context.spark, small=total <= SMALL_RUN_CHANGES)
     # A large change set is read by several jobs (its keys, their partitions, the write): once,
     # into Spark's cache. A small one is read again instead: a few small files, where filling
     # the cache costs the first job ~40 ms.

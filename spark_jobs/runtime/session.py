@@ -285,23 +285,35 @@ def is_connect(spark: Any) -> bool:
     return isinstance(spark, ConnectSession)
 
 
-def plan_small_run(spark: Any) -> None:
-    """Plan the rest of a Connect session's step without adaptive query execution and without
-    whole-stage code generation: a small run (one task's rows, no shuffle) leaves adaptive
-    execution nothing to adapt, while it still wraps each query in stages it re-plans and runs
-    a cached relation as a job of its own. On a warm server (300 changes): stage 0.53 -> 0.48 s
-    and overwrite-final 0.63 -> 0.55 s of a CSV table, 0.38 -> 0.37 s and 0.66 -> 0.62 s of a
-    partitioned Parquet one. Generating (and looking up) a query's whole-stage Java code costs
-    more than it saves on a few hundred rows: the JSON stage's read of 2 lines took 161 ms of
-    server CPU without it against 200 (one warm server, reads in turn), and the steps of the
-    bench's three tables 0-21 ms less wall time a run (runs in turn, 2026-12-06); each
-    expression is still compiled on its own. A classic session outlives the step (the next one
-    may be large): it keeps its settings."""
-    if is_connect(spark):
-        set_session_conf(
-            spark,
-            {"spark.sql.adaptive.enabled": "false", "spark.sql.codegen.wholeStage": "false"},
-        )
+# A small run's plan (`plan_run`): no adaptive execution, no whole-stage code generation.
+SMALL_RUN_CONF = {"spark.sql.adaptive.enabled": "false", "spark.sql.codegen.wholeStage": "false"}
+
+
+def plan_run(spark: Any, *, small: bool) -> None:
+    """Plan the rest of a Connect session's step for its size: a `small` run (one task's rows,
+    no shuffle) without adaptive query execution and without whole-stage code generation, any
+    other with the server's settings (unset: a session that planned a small run before, such as
+    the one `cdc demo` keeps for every step, would otherwise write a large run's shuffle
+    partitions as they come, with no adaptive execution to merge them).
+
+    A small run leaves adaptive execution nothing to adapt, while it still wraps each query in
+    stages it re-plans and runs a cached relation as a job of its own. On a warm server (300
+    changes): stage 0.53 -> 0.48 s and overwrite-final 0.63 -> 0.55 s of a CSV table, 0.38 ->
+    0.37 s and 0.66 -> 0.62 s of a partitioned Parquet one. Generating (and looking up) a
+    query's whole-stage Java code costs more than it saves on a few hundred rows: the JSON
+    stage's read of 2 lines took 161 ms of server CPU without it against 200 (one warm server,
+    reads in turn), and the steps of the bench's three tables 0-21 ms less wall time a run
+    (runs in turn, 2026-12-06); each expression is still compiled on its own. A classic session
+    outlives the step (the next one may be large): it keeps its settings."""
+    if not is_connect(spark):
+        return
+    if small:
+        set_session_conf(spark, SMALL_RUN_CONF)
+        return
+    from pyspark.sql.connect.proto import ConfigRequest
+
+    operation = ConfigRequest.Operation(unset=ConfigRequest.Unset(keys=list(SMALL_RUN_CONF)))
+    spark.client.config(operation)
 
 
 def new_observation(spark: Any, name: str) -> Any:

@@ -108,13 +108,12 @@ def _read_parquet(
     nanos = plan.nanos
     if nanos:
         spark.conf.set(NANOS_AS_LONG, "true")  # else Spark refuses the column
-    exact = plan.exact
     frames = [
         _nanos_as_text(
             _with_arrival(_parquet_reader(spark, types).parquet(*_spark_paths(group)), "row_index"),
             _nanos_columns(group) if nanos else set(),
         )
-        for group, types in zip(plan.groups, exact, strict=True)
+        for group, types in zip(plan.groups, plan.exact, strict=True)
     ]
     # The nanosecond columns are text in every group, typed (and checked) row by row.
     read_types = {c: "string" if c in nanos else t for c, t in plan.column_types.items()}
@@ -122,14 +121,14 @@ def _read_parquet(
     if len(frames) == 1:
         frame = frames[0]
         # The types Spark reads: known without asking it when the footers gave them exactly.
-        read = exact[0] or {f.name: f.dataType.simpleString() for f in frame.schema.fields}
+        read = plan.exact[0] or {f.name: f.dataType.simpleString() for f in frame.schema.fields}
         found = {
             name: found[name] if name in nanos else kind
             for name, kind in read.items()
             if name not in technical
         }
         # The frame's columns: the file's, then the arrival columns (`_with_arrival`).
-        columns = [*exact[0], *ARRIVAL] if exact[0] else None
+        columns = [*plan.exact[0], *ARRIVAL] if plan.exact[0] else None
         return _flat_read(table, frame, found, columns)
     cast = [
         frame.select(

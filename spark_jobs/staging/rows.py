@@ -42,7 +42,7 @@ from spark_jobs.rules.transforms import (
     unpersist_quietly,
 )
 from spark_jobs.runtime.context import StepContext
-from spark_jobs.runtime.session import plan_small_run
+from spark_jobs.runtime.session import plan_run
 from spark_jobs.staging.commit import refuse_batch
 from spark_jobs.staging.notices import warn
 from spark_jobs.staging.plan import StagePlan, StageRows, check_extract_files, files_in
@@ -207,8 +207,7 @@ def _typed_changes(
     read, raw = _read_files(context, to_read, plan.parquet, snapshot_batch)
     batches = sorted({f.batch for f in to_read})
     small = read_in_one_task(to_read)
-    if small:
-        plan_small_run(context.spark)
+    plan_run(context.spark, small=small)
     done = type_read(context, interval, read, raw, plan.staging, batches, small=small)
     good, found, release = done.good, done.found, done.release
     if snapshot_batch is not None:

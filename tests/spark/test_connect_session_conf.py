@@ -56,3 +56,24 @@ def test_one_request_applies_every_setting_and_a_refused_one_fails_it_by_name(
         assert {key: session.conf.get(key) for key in settings} == settings
     finally:
         session.stop()
+
+
+def test_a_run_that_is_not_small_gets_the_servers_plan_back(connect_server: Any) -> None:
+    """A session that planned a small run (no adaptive execution, no whole-stage codegen) and
+    then plans a larger one has the server's settings again, not the small run's: `cdc demo`
+    keeps one session for every step, and a large run's shuffle would otherwise be written
+    partition by partition."""
+    from pyspark.sql.connect.session import SparkSession as ConnectSession
+
+    from spark_jobs.runtime.session import SMALL_RUN_CONF, plan_run
+
+    session = ConnectSession.builder.remote(connect_server.url).create()
+    try:
+        server = {key: session.conf.get(key) for key in SMALL_RUN_CONF}
+        assert server != SMALL_RUN_CONF  # the test run's server plans adaptively
+        plan_run(session, small=True)
+        assert {key: session.conf.get(key) for key in SMALL_RUN_CONF} == SMALL_RUN_CONF
+        plan_run(session, small=False)
+        assert {key: session.conf.get(key) for key in SMALL_RUN_CONF} == server
+    finally:
+        session.stop()

@@ -40,12 +40,16 @@ YEARLY = {
 
 @pytest.fixture(params=["small", "large"])
 def change_set_size(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
-    """ "large": the path a change set above the driver and broadcast limits takes (both set to 0)."""
+    """ "large": the path a change set above the driver and broadcast limits takes (both set to
+    0), planned as such a run is: with adaptive execution (a run of fewer changes than the
+    driver limit is planned as a small one, `SMALL_RUN_CHANGES`, which in Connect writes the
+    shuffle's partitions as they come: a combination no real run has)."""
     if request.param == "large":
         from spark_jobs import overwrite_final
 
         monkeypatch.setattr(overwrite_final, "LOCAL_KEYS_MAX", 0)
         monkeypatch.setattr(overwrite_final, "BROADCAST_CHANGES_MAX", 0)
+        monkeypatch.setattr(overwrite_final, "SMALL_RUN_CHANGES", 0)
     return str(request.param)
 
 
