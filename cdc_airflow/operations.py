@@ -10,7 +10,6 @@ import logging
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass
-from functools import partial
 from typing import Any
 
 # airflow.sdk exports the deadline names at run time (its __all__); its type stub
@@ -93,11 +92,8 @@ def task_arguments(plan: DagPlan, task: TaskPlan) -> dict[str, Any]:
 
 
 def dag_arguments(plan: DagPlan) -> dict[str, Any]:
-    """The DAG keyword arguments: run timeout, the `cdc_interval` macro, the freshness deadline."""
-    arguments: dict[str, Any] = {
-        "dagrun_timeout": plan.dagrun_timeout,
-        "user_defined_macros": {"cdc_interval": partial(run_interval, cron_of(plan.schedule))},
-    }
+    """The DAG keyword arguments: run timeout, the freshness deadline."""
+    arguments: dict[str, Any] = {"dagrun_timeout": plan.dagrun_timeout}
     if plan.notify and plan.dagrun_timeout is not None:
         arguments["on_failure_callback"] = CdcRunTimeoutNotifier(
             plan.table, plan.notify, format_duration(plan.dagrun_timeout)

@@ -43,7 +43,7 @@ from cdc_airflow.operations import (
     quarantine_breach,
 )
 from cdc_pipeline.jvm import utf8_locale
-from cdc_pipeline.planning import is_due
+from cdc_pipeline.planning import INTERVAL_END, INTERVAL_START, is_due, with_interval
 from cdc_pipeline.steps import (
     ERROR_XCOM,
     QUARANTINE_BREACH_PREFIX,
@@ -122,7 +122,9 @@ class CdcStepOperator(BaseOperator, SkipMixin):
     table's freshness by data after the step that writes final, the duration, or a failure.
     """
 
-    template_fields: Sequence[str] = ("application_args",)
+    # None: an interval step's arguments get the run's interval in `step_call`, so Airflow
+    # neither renders nor stores (a request to the API server) anything per task.
+    template_fields: Sequence[str] = ()
 
     @classmethod
     def get_serialized_fields(cls) -> frozenset[str]:
@@ -259,14 +261,18 @@ class CdcStepOperator(BaseOperator, SkipMixin):
         return self.submit
 
     def step_call(self, context: Context) -> StepCall:
-        """This try's step: the rendered arguments and a tag naming its Spark work."""
+        """This try's step: its arguments with the run's interval, and a tag naming its Spark
+        work."""
         ti = context.get("ti")
         run = getattr(ti, "run_id", None) or context.get("run_id") or "run"
         # One tag per task try: on_kill interrupts exactly this task's Spark operations.
         tag = f"cdc-{self.dag_id}-{self.task_id}-{run}-{getattr(ti, 'try_number', 0)}"
+        arguments = tuple(self.application_args)
+        if INTERVAL_START in arguments or INTERVAL_END in arguments:
+            arguments = with_interval(arguments, *run_interval(context))
         return StepCall(
             step=step_named(self.cdc_step),
-            arguments=tuple(self.application_args),
+            arguments=arguments,
             config_path=Path(self.config_path) if self.config_path else None,
             conn_id=self.conn_id,
             tag=re.sub(r"[^A-Za-z0-9_.:-]", "_", tag),

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import json
+from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 
@@ -14,14 +15,19 @@ from cdc_pipeline.paths import location_uri, warehouse_root
 from cdc_pipeline.schedules import PRESETS, cron_of, is_due  # noqa: F401
 from cdc_pipeline.steps import dag_steps, step_named
 
-# `cdc_interval` (a macro of each CDC DAG, cdc_pipeline.manual_runs.run_interval) is the run's
-# data interval, or for a run triggered without a logical date the latest complete interval.
-INTERVAL_ARGS = (
-    "--start",
-    "{{ cdc_interval(dag_run).start.isoformat() }}",
-    "--end",
-    "{{ cdc_interval(dag_run).end.isoformat() }}",
-)
+# An interval step's bounds: the task puts the run's data interval in place of the marks (or
+# for a run triggered without a logical date the latest complete interval,
+# cdc_pipeline.manual_runs.run_interval), as ISO text. Not Jinja: a task with template fields
+# renders them and stores them through the API server (a request each, ~33 ms of a 65-table
+# cycle's task).
+INTERVAL_START, INTERVAL_END = "<interval start>", "<interval end>"
+INTERVAL_ARGS = ("--start", INTERVAL_START, "--end", INTERVAL_END)
+
+
+def with_interval(arguments: Iterable[str], start: datetime, end: datetime) -> tuple[str, ...]:
+    """`arguments` with the interval marks replaced by `start` and `end` as ISO text."""
+    bounds = {INTERVAL_START: start.isoformat(), INTERVAL_END: end.isoformat()}
+    return tuple(bounds.get(argument, argument) for argument in arguments)
 
 
 @dataclass(frozen=True)

@@ -141,12 +141,21 @@ def test_without_notify_or_freshness_there_is_no_callback_or_deadline(
 def test_the_interval_arguments_render_for_scheduled_and_for_logical_date_less_runs(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """The step's arguments get the run's interval, the latest complete one for a run triggered
+    without a logical date (the task's pre_execute fills it); the task has no template fields,
+    so Airflow stores no rendered fields (a request to the API server per task)."""
     dag = dag_of(tmp_path, monkeypatch, {**ROW, "schedule": "@daily"})
     stage = dag.get_task("stage")
-    env = dag.get_template_env()
+    assert not stage.template_fields
 
     def render(dag_run: SimpleNamespace) -> list[str]:
-        return [env.from_string(arg).render(dag_run=dag_run) for arg in stage.application_args]
+        context = {
+            "dag_run": dag_run,
+            "data_interval_start": dag_run.data_interval_start,
+            "data_interval_end": dag_run.data_interval_end,
+        }
+        stage._pre_execute_hook(context)
+        return list(stage.step_call(context).arguments)
 
     scheduled = SimpleNamespace(
         data_interval_start=datetime(2024, 3, 1, tzinfo=UTC),
