@@ -286,3 +286,48 @@ def test_the_supervisor_sees_its_task_process_exit_when_it_happens_not_at_its_ne
     # The wait until the supervisor's next heartbeat, as long as it may be: 30 s.
     assert WatchedSubprocess._service_subprocess(supervised, max_wait_time=30.0) == 0
     assert time.monotonic() - started < 15  # the process's 0.2 s and its start, not 30 s
+
+
+def test_a_task_sends_its_first_heartbeat_an_interval_after_its_start_not_at_once(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The start tells the API server the task runs (and records a heartbeat): the supervisor's
+    first loop then sends no heartbeat of its own until `min_heartbeat_interval` has passed."""
+    from types import SimpleNamespace
+
+    from airflow.sdk.execution_time import supervisor
+    from airflow.sdk.execution_time.supervisor import ActivitySubprocess
+
+    from cdc_airflow.local.executor import no_heartbeat_at_start
+
+    beats: list[int] = []
+
+    def supervised() -> SimpleNamespace:
+        """What the supervisor's start and heartbeat use of themselves."""
+        client = SimpleNamespace(
+            task_instances=SimpleNamespace(heartbeat=lambda ti_id, pid: beats.append(pid))
+        )
+        return SimpleNamespace(
+            id="ti",
+            client=client,
+            _process=SimpleNamespace(pid=42),
+            _terminal_state=None,
+            _last_heartbeat_attempt=0.0,
+            _last_successful_heartbeat=0.0,
+            failed_heartbeats=0,
+        )
+
+    monkeypatch.setattr(supervisor, "MIN_HEARTBEAT_INTERVAL", 5)
+    # Airflow's own supervisor, unpatched: a heartbeat at once, right after the start.
+    ActivitySubprocess._send_heartbeat_if_needed(supervised())
+    assert beats == [42]
+    # Patched (the start itself stubbed: it is a request to the API server).
+    monkeypatch.setattr(ActivitySubprocess, "_on_child_started", lambda self, **kwargs: None)
+    assert no_heartbeat_at_start() and no_heartbeat_at_start()  # patched once, then seen patched
+    task = supervised()
+    ActivitySubprocess._on_child_started(task, ti=None)
+    ActivitySubprocess._send_heartbeat_if_needed(task)
+    assert beats == [42]  # none sent
+    task._last_heartbeat_attempt -= 5  # an interval later
+    ActivitySubprocess._send_heartbeat_if_needed(task)
+    assert beats == [42, 42]
