@@ -122,8 +122,8 @@ class CdcStepOperator(BaseOperator, SkipMixin):
     table's freshness by data after the step that writes final, the duration, or a failure.
     """
 
-    # None: an interval step's arguments get the run's interval in `step_call`, so Airflow
-    # neither renders nor stores (a request to the API server) anything per task.
+    # No template fields: an interval step's arguments get the run's interval in `step_call`,
+    # so Airflow neither renders nor stores (a request to the API server) anything per task.
     template_fields: Sequence[str] = ()
 
     @classmethod

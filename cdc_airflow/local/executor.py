@@ -164,8 +164,8 @@ def no_heartbeat_at_start() -> bool:
 
     The supervisor tells the API server the task started (which records a heartbeat), then
     its first loop sends a heartbeat straight away: its last attempt starts at 0. That second
-    request carried nothing the start had not (130 a 65-table cycle, 21 ms each in the
-    api-server's log); a task still running after `[workers] min_heartbeat_interval`
+    request carried nothing the start had not (130 a 65-table cycle, 18-31 ms each in the
+    api-server's logs); a task still running after `[workers] min_heartbeat_interval`
     heartbeats as before, and one that ends sooner sends none."""
     from airflow.sdk.execution_time.supervisor import ActivitySubprocess
 
