@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -229,6 +230,14 @@ def set_session_conf(session: Any, settings: dict[str, str]) -> None:
         warnings.warn(warning, stacklevel=2)
 
 
+def unset_session_conf(session: Any, keys: Iterable[str]) -> None:
+    """Unset `keys` on a Connect session in one request: each is the server's own again."""
+    from pyspark.sql.connect.proto import ConfigRequest
+
+    operation = ConfigRequest.Operation(unset=ConfigRequest.Unset(keys=list(keys)))
+    session.client.config(operation)
+
+
 CONNECT_TIMEOUT_ENV = "CDC_SPARK_CONNECT_TIMEOUT"
 
 
@@ -309,11 +318,8 @@ def plan_run(spark: Any, *, small: bool) -> None:
         return
     if small:
         set_session_conf(spark, SMALL_RUN_CONF)
-        return
-    from pyspark.sql.connect.proto import ConfigRequest
-
-    operation = ConfigRequest.Operation(unset=ConfigRequest.Unset(keys=list(SMALL_RUN_CONF)))
-    spark.client.config(operation)
+    else:
+        unset_session_conf(spark, SMALL_RUN_CONF)
 
 
 def new_observation(spark: Any, name: str) -> Any:
