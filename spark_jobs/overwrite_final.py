@@ -594,6 +594,7 @@ def history_seed(context: StepContext, columns: Sequence[str]) -> DataFrame | No
     return result
 
 
+@delta.reusing_tables()
 def run_overwrite_final(
     context: StepContext, interval: Interval | None = None
 ) -> StepReport[OverwriteCounts]:

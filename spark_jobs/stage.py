@@ -27,6 +27,7 @@ from spark_jobs.staging.recovery import leave_changed_files, settle_crashed_run
 from spark_jobs.staging.rows import read_planned
 
 
+@delta.reusing_tables()
 def run_stage(context: StepContext, interval: Interval) -> StepReport[StageCounts]:
     """Stage every landed file version not staged yet in the hours the run lists (the
     late-arrival window up to the interval's end); quarantine the rows that cannot be applied and

@@ -30,6 +30,7 @@ from spark_jobs.delta.reading import (
     TABLE_PROPERTIES,
     DataFile,
     Snapshot,
+    finished,
     load_snapshot,
     open_table,
     partition_value_string,
@@ -319,3 +320,4 @@ def append_arrow(path: Location, rows: pa.Table) -> None:
     if len(table.file_uris()) >= APPENDED_FILES_MAX:
         with contextlib.suppress(CommitFailedError):
             table.optimize.compact()
+    finished(path, table)

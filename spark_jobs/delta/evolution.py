@@ -12,6 +12,7 @@ from cdc_pipeline.paths import Location
 from spark_jobs.delta import committing
 from spark_jobs.delta.reading import (
     Snapshot,
+    finished,
     load_snapshot,
     open_table,
     read_snapshot,
@@ -94,6 +95,7 @@ def _unchanged(path: Location, target: StructType) -> bool:
     if table is None:
         return True
     current = spark_schema_of(table)
+    finished(path, table)
     return evolved_schema(current, target) == current
 
 
