@@ -219,25 +219,28 @@ class ConnectBackend:
     def run_step(self, call: StepCall) -> dict[str, Any]:
         if call.step.kind == "tables":  # check: its own arguments, one line per table
             return self.run_check(call)
+        from spark_jobs import delta
         from spark_jobs.runtime.args import parse_step_args
         from spark_jobs.runtime.entry import load_body, perform, plan_step
         from spark_jobs.runtime.report import summary_payload
 
-        try:  # parsed and checked once: the no-op test and the step get the same plan
-            plan = plan_step(
-                parse_step_args(call.step, call.arguments, call.config_path), call.step.name
-            )
-            noop = self.noop_report(call, plan)
-        except PERMANENT_ERRORS as error:
-            raise permanent(call, error) from error
-        if noop is not None:
-            return noop
-        factory = self.session_factory(call.conn_id) if call.step.needs_spark else None
-        with self.holding_session():
-            try:
-                report = perform(plan, load_body(call.step), factory)
+        # One step's tables: the ledger and applied the no-op test read go on to the step.
+        with delta.reusing_tables():
+            try:  # parsed and checked once: the no-op test and the step get the same plan
+                plan = plan_step(
+                    parse_step_args(call.step, call.arguments, call.config_path), call.step.name
+                )
+                noop = self.noop_report(call, plan)
             except PERMANENT_ERRORS as error:
                 raise permanent(call, error) from error
+            if noop is not None:
+                return noop
+            factory = self.session_factory(call.conn_id) if call.step.needs_spark else None
+            with self.holding_session():
+                try:
+                    report = perform(plan, load_body(call.step), factory)
+                except PERMANENT_ERRORS as error:
+                    raise permanent(call, error) from error
         return summary_payload(report)
 
     def noop_report(self, call: StepCall, plan: StepPlan) -> dict[str, Any] | None:

@@ -103,7 +103,7 @@ def spark_schema_of(table: DeltaTable) -> StructType:
 # every commit since: 2-6 ms, and several requests on object storage). A step opens final and
 # tombstones three times each (ensure, the schema check, the snapshot), the ledger and applied
 # twice.
-_step = threading.local()
+_step = threading.local()  # .finished: {location: (table, its version, _commit_identity)}
 
 
 @contextmanager
@@ -121,29 +121,43 @@ def reusing_tables() -> Iterator[None]:
         _step.finished = None
 
 
+def _commit_identity(path: Location, version: int) -> tuple[int, int | None] | None:
+    """(size, mtime) of the table's commit file of `version`; None when there is none."""
+    commit = path / "_delta_log" / f"{version:020d}.json"
+    entry = store_for(commit).info(commit)
+    return None if entry is None else (entry.size, entry.mtime_ns)
+
+
 def finished(path: Location, table: DeltaTable) -> None:
     """`table` (opened at `path`) is not used any further by its holder: the next open of
     `path` in this step may take it. Never a Snapshot's table: its version is what it commits
     against, so it must not move under it."""
     tables = getattr(_step, "finished", None)
-    if tables is not None:
-        tables[str(path)] = table
+    if tables is None:
+        return
+    version = table.version()
+    identity = _commit_identity(path, version)
+    if identity is not None:
+        tables[str(path)] = (table, version, identity)
 
 
 def _reopened(path: Location) -> DeltaTable | None:
     """A finished table of `path`, up to date, taken from the step's tables (each goes to one
-    holder at a time); None when there is none or it cannot be trusted (its log gone or made
-    again shorter: open it anew)."""
+    holder at a time); None when there is none or it cannot be trusted: the commit file of the
+    version it had is gone or another file now (the log deleted, or made again: a table brought
+    up to date only reads the commits after its version). Then it is opened anew."""
     tables = getattr(_step, "finished", None)
-    table = tables.pop(str(path), None) if tables is not None else None
-    if table is None:
+    found = tables.pop(str(path), None) if tables is not None else None
+    if found is None:
+        return None
+    table, version, identity = found
+    if _commit_identity(path, version) != identity:
         return None
     try:
         table.update_incremental()
-    except (DeltaError, OSError):  # a shorter log than the version it had, a damaged commit
+    except (DeltaError, OSError):  # a damaged commit since: opened anew, it names it
         return None
-    commit = path / "_delta_log" / f"{table.version():020d}.json"
-    return table if store_for(commit).info(commit) is not None else None
+    return table
 
 
 def open_table(path: Location) -> DeltaTable | None:

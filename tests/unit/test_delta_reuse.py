@@ -81,6 +81,11 @@ def test_a_table_made_again_is_read_anew(tmp_path: Path) -> None:
         shutil.rmtree(tmp_path)
         _append(tmp_path, 7)  # version 0 of a new table: shorter than the one finished with
         assert _values(tmp_path) == [7]
+        # As long or longer: brought up to date, it would keep the old table's rows.
+        shutil.rmtree(tmp_path)
+        for value in (4, 5, 6, 8):
+            _append(tmp_path, value)
+        assert _values(tmp_path) == [4, 5, 6, 8]
 
 
 def test_a_snapshots_table_never_moves_under_it(tmp_path: Path) -> None:
