@@ -109,8 +109,8 @@ _step = threading.local()  # .finished: {location: (table, its version, _commit_
 @contextmanager
 def reusing_tables() -> Iterator[None]:
     """Within (in this thread): `open_table` reuses a table a reader finished with (`finished`),
-    brought up to date. A step's scope: a table deleted and made again meanwhile would be read
-    on from the version it had, so nothing outlives the step. A nested scope is the outer one."""
+    brought up to date. A step's scope: no table is kept longer than the step that opened it. A
+    nested scope is the outer one."""
     if getattr(_step, "finished", None) is not None:
         yield
         return
@@ -122,7 +122,9 @@ def reusing_tables() -> Iterator[None]:
 
 
 def _commit_identity(path: Location, version: int) -> tuple[int, int | None] | None:
-    """(size, mtime) of the table's commit file of `version`; None when there is none."""
+    """(size, mtime) of the table's commit file of `version`; None when there is none. (Object
+    storage keeps mtimes in seconds: a log deleted and written again within the same second,
+    that commit the same size, would pass.)"""
     commit = path / "_delta_log" / f"{version:020d}.json"
     entry = store_for(commit).info(commit)
     return None if entry is None else (entry.size, entry.mtime_ns)
