@@ -30,6 +30,7 @@ from spark_jobs.delta.reading import (
     TABLE_PROPERTIES,
     DataFile,
     Snapshot,
+    commit_file,
     finished,
     load_snapshot,
     open_table,
@@ -174,7 +175,7 @@ def data_commits_between(
 
 def _commit_info(path: Location, version: int) -> dict[str, Any] | None:
     """The commitInfo of one version of the table's log; None when there is no such version."""
-    text = store_for(path).read_text(path / "_delta_log" / f"{version:020d}.json")
+    text = store_for(path).read_text(commit_file(path, version))
     if text is None:
         return None
     for line in text.splitlines():

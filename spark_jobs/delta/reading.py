@@ -121,11 +121,17 @@ def reusing_tables() -> Iterator[None]:
         _step.finished = None
 
 
+def commit_file(path: Location, version: int) -> Location:
+    """The commit file of `version` in the log of the table at `path` (the Delta protocol's
+    `_delta_log/<version, 20 digits>.json`)."""
+    return path / "_delta_log" / f"{version:020d}.json"
+
+
 def _commit_identity(path: Location, version: int) -> tuple[int, int | None] | None:
     """(size, mtime) of the table's commit file of `version`; None when there is none. (Object
     storage keeps mtimes in seconds: a log deleted and written again within the same second,
     that commit the same size, would pass.)"""
-    commit = path / "_delta_log" / f"{version:020d}.json"
+    commit = commit_file(path, version)
     entry = store_for(commit).info(commit)
     return None if entry is None else (entry.size, entry.mtime_ns)
 
