@@ -7,7 +7,6 @@ jittered back-off, at most MAX_COMMIT_ATTEMPTS times.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import time
 import uuid
@@ -17,7 +16,7 @@ from datetime import UTC, datetime
 from typing import Any, Literal, TypeVar
 
 import pyarrow as pa
-from deltalake import CommitProperties, Schema, write_deltalake
+from deltalake import CommitProperties, DeltaTable, Schema, write_deltalake
 from deltalake.exceptions import CommitFailedError
 from deltalake.transaction import AddAction, RemoveAction, Transaction
 from pyspark.sql import DataFrame, SparkSession
@@ -304,7 +303,7 @@ def append_arrow(path: Location, rows: pa.Table) -> None:
     creating it; an older table gains new columns (merged schema). Appends never conflict with
     each other: delta-rs retries a lost race by itself, so no attempt loop is needed here.
 
-    Every APPENDED_FILES_MAX appends the table's files are compacted into one (an OPTIMIZE: the
+    Every APPENDED_FILES_MAX appends the table's files are compacted into one (`compact`: the
     same rows, so readers of any version see what they saw); a compaction that loses a race to
     another is left to the next append.
     """
@@ -319,6 +318,27 @@ def append_arrow(path: Location, rows: pa.Table) -> None:
     # Written through the loaded table: no second load, and `table` then holds the new version.
     write_deltalake(table, rows, mode="append", schema_mode="merge")
     if len(table.file_uris()) >= APPENDED_FILES_MAX:
-        with contextlib.suppress(CommitFailedError):
-            table.optimize.compact()
+        compact(table)
     finished(path, table)
+
+
+def compact(table: DeltaTable) -> bool:
+    """Rewrite the rows of the table's version as one file; False when another writer's
+    compaction won the race (nothing written).
+
+    An overwrite of the rows it read, not delta-rs's OPTIMIZE: two OPTIMIZEs made from the same
+    version both commit in delta-rs 1.6 (its conflict check lets a file be removed twice when
+    neither removal changes data), so two runs compacting at once doubled every row. Two
+    overwrites of the same files conflict, and the later one fails here; an append committed
+    after the read keeps its file (an overwrite removes only the files of the version it read).
+    """
+    try:
+        write_deltalake(
+            table,
+            table.to_pyarrow_table(),
+            mode="overwrite",
+            commit_properties=CommitProperties(custom_metadata={STEP_KEY: "compact"}),
+        )
+    except CommitFailedError:
+        return False
+    return True

@@ -10,7 +10,7 @@ from deltalake import CommitProperties, DeltaTable, write_deltalake
 from pyspark.sql.types import LongType, StructField, StructType
 
 from spark_jobs.delta import RUN_ID_KEY, TABLE_PROPERTIES, append_arrow, ensure_table, find_commit
-from spark_jobs.delta.committing import APPENDED_FILES_MAX
+from spark_jobs.delta.committing import APPENDED_FILES_MAX, STEP_KEY, compact
 from spark_jobs.optimize import add_table_properties
 
 
@@ -52,11 +52,25 @@ def test_appended_tables_checkpoint_and_stay_compact(tmp_path: Path) -> None:
     assert sorted(table.to_pyarrow_table().to_pylist(), key=lambda r: r["n"]) == [
         {"n": n, "name": f"file-{n}"} for n in range(25)
     ]
-    operations = [h["operation"] for h in table.history()]
-    assert operations.count("OPTIMIZE") == 2
+    assert [h.get(STEP_KEY) for h in table.history()].count("compact") == 2
     assert (tmp_path / "_delta_log" / "_last_checkpoint").exists()
     last = json.loads((tmp_path / "_delta_log" / "_last_checkpoint").read_text())["version"]
     assert table.version() - last < 10
+
+
+def test_two_compactions_at_once_keep_every_row_once(tmp_path: Path) -> None:
+    """Two runs compacting the same version: one wins, the other writes nothing (delta-rs's
+    OPTIMIZE let both commit, doubling every row); an append committed between a compaction's
+    read and its commit keeps its row."""
+    for n in range(5):
+        append_arrow(tmp_path, pa.table({"n": [n]}))
+    first, second = DeltaTable(str(tmp_path)), DeltaTable(str(tmp_path))
+    write_deltalake(str(tmp_path), pa.table({"n": [5]}), mode="append")
+    assert compact(first) is True
+    assert compact(second) is False
+    table = DeltaTable(str(tmp_path))
+    assert sorted(table.to_pyarrow_table()["n"].to_pylist()) == list(range(6))
+    assert len(table.file_uris()) == 2  # the compacted file and the append made meanwhile
 
 
 def test_created_tables_carry_the_properties(tmp_path: Path) -> None:
