@@ -2,7 +2,13 @@
 deploy one: `dags/` and `plugins/` copied into the DAGs and plugins folders of `airflow
 standalone` (Airflow's own defaults: its executor, parallelism and auth manager; no launcher,
 no pool, no variable), `CDC_CONFIG` set and `spark_default` pointing at a Spark Connect server.
-A backfill queued with Airflow's own CLI runs to the exact table."""
+A backfill queued with Airflow's own CLI runs to the exact table.
+
+The DAG is parsed (`airflow dags reserialize`) and the backfill queued before standalone starts,
+as the demo does: on standalone's SQLite every component writes, and a `backfill create` that
+waited out the lock was rolled back by Airflow, deleting runs its scheduler had already taken,
+which killed the scheduler (`ObjectDeletedError`, seen once in a full run).
+"""
 
 from __future__ import annotations
 
@@ -69,22 +75,43 @@ def plain_environment(
 
 @dataclass
 class Standalone:
-    """A running `airflow standalone`: the user's environment, the workspace, its log."""
+    """`airflow standalone` for the user's environment and workspace, started by `start`
+    (logging to `log`)."""
 
     env: dict[str, str]
     ws: Workspace
     log: Path
-    process: subprocess.Popen[bytes]
+    process: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> None:
+        """Start standalone in a process group of its own."""
+        with self.log.open("w") as log:
+            self.process = subprocess.Popen(
+                [str(AIRFLOW), "standalone"],
+                env=self.env,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
 
     def components(self) -> dict[str, bool]:
         """Whether each of the components standalone starts (and never restarts) still runs,
         told by the titles the bench's sampler reads (api-server retitles itself)."""
         running = set()
+        assert self.process is not None, "standalone was not started"
         with contextlib.suppress(psutil.NoSuchProcess):  # standalone itself gone: none runs
             for child in psutil.Process(self.process.pid).children():
                 with contextlib.suppress(psutil.NoSuchProcess, psutil.ZombieProcess):
                     running.add(role_of(child.cmdline(), None))
         return {c: c in running for c in COMPONENTS}
+
+    def wait_until_up(self, timeout: float = 180) -> None:
+        """Wait until every component standalone starts is running."""
+        deadline = time.monotonic() + timeout
+        while not all(self.components().values()):
+            if time.monotonic() > deadline:
+                raise AssertionError(f"not up in {timeout:.0f} s; {self.diagnosis('cdc_plain')}")
+            time.sleep(1)
 
     def diagnosis(self, dag_id: str) -> str:
         """What to read when runs do not move: components, the DAG's and backfill's rows, the
@@ -128,24 +155,16 @@ def standalone(tmp_path: Path, connect_server: Any) -> Iterator[Standalone]:
     ws.config_path.write_text(yaml.safe_dump({"tables": [row("plain")]}))
     host, port = connect_address(connect_server.url)
     env = plain_environment(tmp_path / "home", deploy, ws, connect_connection(port, host))
-    log_path = tmp_path / "standalone.log"
-    log = log_path.open("w")
-    process = subprocess.Popen(
-        [str(AIRFLOW), "standalone"],
-        env=env,
-        stdout=log,
-        stderr=subprocess.STDOUT,
-        start_new_session=True,
-    )
+    standalone = Standalone(env, ws, tmp_path / "standalone.log")
     try:
-        yield Standalone(env, ws, log_path, process)
+        yield standalone
     finally:
-        stop_process_group(process)
-        # What outlived standalone in its group: the executor's workers of a scheduler that died
-        # (they ignore SIGTERM and stay idle for good once their scheduler is gone).
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(process.pid, signal.SIGKILL)
-        log.close()
+        if standalone.process is not None:
+            stop_process_group(standalone.process)
+            # What outlived standalone in its group: the executor's workers of a scheduler that
+            # died (they ignore SIGTERM and stay idle for good once their scheduler is gone).
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(standalone.process.pid, signal.SIGKILL)
 
 
 def airflow_cli(env: dict[str, str], *args: str) -> str:
@@ -176,10 +195,10 @@ def test_a_backfill_runs_to_the_exact_table_in_an_airflow_nobody_prepared(
     env, ws = standalone.env, standalone.ws
     started = time.monotonic()
     expected = land_hours(ws, "plain", 3)
+    airflow_cli(env, "db", "migrate")
+    airflow_cli(env, "dags", "reserialize")
     db = MetadataDB(Path(env["AIRFLOW_HOME"]) / "airflow.db")
-    # The dag-processor has parsed the copied DAG file (standalone migrates the DB first).
-    wait_until_parsed(db, "cdc_plain")
-    print(f"parsed after {time.monotonic() - started:.0f} s")
+    assert_parsed(db, "cdc_plain")
     airflow_cli(env, "dags", "unpause", "cdc_plain")
     airflow_cli(
         env,
@@ -192,7 +211,9 @@ def test_a_backfill_runs_to_the_exact_table_in_an_airflow_nobody_prepared(
         "--to-date",
         "2024-01-01T02:00:00+00:00",
     )
-    print(f"backfill created after {time.monotonic() - started:.0f} s")
+    print(f"parsed and backfill created after {time.monotonic() - started:.0f} s")
+    standalone.start()
+    standalone.wait_until_up()
 
     def components_alive(_: object) -> None:
         # Standalone never restarts a component that exits: a dead scheduler is a failure now,
@@ -222,17 +243,7 @@ def test_a_backfill_runs_to_the_exact_table_in_an_airflow_nobody_prepared(
     assert pools == ["default_pool"]
 
 
-def wait_until_parsed(db: MetadataDB, dag_id: str, timeout: float = 300) -> None:
-    """Wait until the DAG is in the metadata DB (parsed), naming import errors if it never is."""
-    import time
-
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            if db.paused([dag_id]):
-                return
-        except sqlite3.OperationalError:
-            pass  # the DB is not migrated yet
-        time.sleep(2)
-    errors = db.import_errors() if db.path.exists() else []
-    raise AssertionError(f"{dag_id} was not parsed within {timeout:.0f} s; import errors: {errors}")
+def assert_parsed(db: MetadataDB, dag_id: str) -> None:
+    """The DAG is in the metadata DB (parsed); if not, the import errors say why."""
+    if not db.paused([dag_id]):
+        raise AssertionError(f"{dag_id} was not parsed; import errors: {db.import_errors()}")
