@@ -148,7 +148,7 @@ def find_commit(path: Location, read_version: int, run_id: str) -> CommitResult:
     between: list[int] = []
     version = read_version + 1
     while True:
-        info = _commit_info(path, version)
+        info = commit_info(path, version)
         if info is None:
             raise RuntimeError(f"commit of run {run_id} not found in the log of {path}")
         if info.get(RUN_ID_KEY) == run_id:
@@ -165,14 +165,14 @@ def data_commits_between(
     the non-data operations and those of the steps named in `ignore`."""
     found = []
     for version in range(max(after, -1) + 1, upto + 1):
-        info = _commit_info(path, version) or {}
+        info = commit_info(path, version) or {}
         if info.get("operation") in _NON_DATA_OPERATIONS or info.get(STEP_KEY) in ignore:
             continue
         found.append(version)
     return found
 
 
-def _commit_info(path: Location, version: int) -> dict[str, Any] | None:
+def commit_info(path: Location, version: int) -> dict[str, Any] | None:
     """The commitInfo of one version of the table's log; None when there is no such version."""
     text = store_for(path).read_text(commit_file(path, version))
     if text is None:
@@ -323,21 +323,23 @@ def append_arrow(path: Location, rows: pa.Table) -> None:
 
 
 def compact(table: DeltaTable) -> bool:
-    """Rewrite the rows of the table's version as one file; False when another writer's
-    compaction won the race (nothing written).
+    """Rewrite the rows of the table's version as one file, committed as the next version;
+    False when anything else committed first (nothing written: the next append tries again).
 
     An overwrite of the rows it read, not delta-rs's OPTIMIZE: two OPTIMIZEs made from the same
     version both commit in delta-rs 1.6 (its conflict check lets a file be removed twice when
-    neither removal changes data), so two runs compacting at once doubled every row. Two
-    overwrites of the same files conflict, and the later one fails here; an append committed
-    after the read keeps its file (an overwrite removes only the files of the version it read).
+    neither removal changes data), so two runs compacting at once doubled every row. It is
+    exclusive because delta-rs also lets an overwrite commit after an OPTIMIZE of the files it
+    read (an `optimize` step's), which would leave both copies.
     """
     try:
         write_deltalake(
             table,
             table.to_pyarrow_table(),
             mode="overwrite",
-            commit_properties=CommitProperties(custom_metadata={STEP_KEY: "compact"}),
+            commit_properties=CommitProperties(
+                custom_metadata={STEP_KEY: "compact"}, max_commit_retries=0
+            ),
         )
     except CommitFailedError:
         return False
