@@ -41,6 +41,11 @@ REPAIRABLE_TABLES = ("final", "history", "applied")
 
 def damaged_table_fix(folder: str, table: str) -> str:
     """What to do about a damaged Delta table named `folder` (final, staging, ...) of `table`."""
+    if folder == "leases":
+        return (
+            f"delete the folder leases of table {table} while no optimize or reset-staging of it "
+            "runs: it holds no rows, only which of them runs"
+        )
     if folder in REPAIRABLE_TABLES:
         return (
             f"restore that commit file from a backup, or rebuild it with `cdc repair {table}` "

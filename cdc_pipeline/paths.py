@@ -242,6 +242,11 @@ class TablePaths:
         return self.table_root / "applied"
 
     @property
+    def leases(self) -> Location:
+        """Which optimize or reset-staging of the table runs (a Delta log of claims, no rows)."""
+        return self.table_root / "leases"
+
+    @property
     def ledger(self) -> Location:
         """One row per staged landing file version (size, mtime, sha256): re-staging adds nothing."""
         return self.table_root / "ledger"

@@ -89,7 +89,17 @@ def checkpoint(path: Location) -> None:
 
 
 def run_optimize(context: StepContext) -> StepReport[OptimizeCounts]:
-    """Optimize final (Z-ordered by zorder_by), then compact staging, quarantine and tombstones."""
+    """Optimize final (Z-ordered by zorder_by), then compact staging, quarantine and tombstones;
+    holding the table's lease (delta-rs commits two OPTIMIZEs of the same files, doubling
+    their rows, and an overwrite after an OPTIMIZE of what it read)."""
+    delta.inject_fault("optimize:before_lease")
+    with delta.holding_lease(context.paths.leases, "optimize"):
+        return _optimize_tables(context)
+
+
+def _optimize_tables(context: StepContext) -> StepReport[OptimizeCounts]:
+    """Optimize final, then compact the table's other Delta tables and checkpoint them."""
+    delta.inject_fault("optimize:holding_lease")
     table, paths = context.table, context.paths
     add_table_properties(paths.final)
     before, after, partitions = optimize_table(paths.final, table.zorder_by)

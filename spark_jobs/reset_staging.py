@@ -54,6 +54,15 @@ def compacted_staging(context: StepContext, staging: delta.Snapshot) -> DataFram
 
 
 def run_reset_staging(context: StepContext) -> StepReport[ResetCounts]:
+    """Replace staging by its compacted form in one overwrite commit, holding the table's lease:
+    delta-rs lets an overwrite commit after an optimize's OPTIMIZE of the files it read, which
+    would leave the old rows beside the new (a stage's append meanwhile is kept, as it should)."""
+    delta.inject_fault("reset_staging:before_lease")
+    with delta.holding_lease(context.paths.leases, "reset-staging"):
+        return _reset_staging(context)
+
+
+def _reset_staging(context: StepContext) -> StepReport[ResetCounts]:
     """Replace staging by its compacted form in one overwrite commit."""
     paths = context.paths
     report = StepReport("reset-staging", context.table.name, "", ResetCounts())

@@ -8,7 +8,8 @@ concurrent commits it must check against.
 
 By concern: `reading` (snapshots and their rows), `writing` (Parquet files into a table folder,
 with footer statistics), `committing` (the commit, finding it in the log, and `with_retries`:
-the one retry/back-off policy and its limit), `evolution` (schema changes), `faults` (test hooks).
+the one retry/back-off policy and its limit), `evolution` (schema changes), `lease` (one
+maintenance step of a table at a time), `faults` (test hooks).
 The names below are the adapter's interface; steps use them as `delta.<name>`.
 """
 
@@ -31,6 +32,7 @@ from spark_jobs.delta.committing import (
 )
 from spark_jobs.delta.evolution import evolve_table, evolved_schema
 from spark_jobs.delta.faults import inject_fault
+from spark_jobs.delta.lease import holding as holding_lease
 from spark_jobs.delta.reading import (
     FILE_NAME_COLUMN,
     TABLE_PROPERTIES,
@@ -88,6 +90,7 @@ __all__ = [
     "find_commit",
     "finished",
     "footer_stats",
+    "holding_lease",
     "inject_fault",
     "load_snapshot",
     "local_frame",
