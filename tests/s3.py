@@ -5,7 +5,9 @@ own), on 127.0.0.1 in its own process group, stopped by its pid.
 Why moto and not s3proxy: it is a Python package like the rest of the test tools, starts in
 about a second, and implements what delta-rs and S3A rely on: conditional writes (`If-None-Match:
 *` answered 412 when the key exists, which delta-rs's commit uses so concurrent writers cannot
-overwrite each other's log entry), multipart uploads, ranged reads and paginated listing.
+overwrite each other's log entry), multipart uploads, ranged reads and paginated listing. It
+runs as `tests/moto_server.py`, which makes that conditional write one step as AWS S3 does
+(moto looks the key up, then stores the object).
 
 One server per test session (the `s3_server` fixture); each test makes its own bucket.
 """
@@ -25,7 +27,10 @@ from cdc_airflow.local.connect_server import free_port
 from cdc_pipeline.paths import project_root
 from tests.helpers import stop_process_group
 
-SERVER = project_root() / ".tools" / "moto" / "bin" / "moto_server"
+MOTO = project_root() / ".tools" / "moto" / "bin"
+SERVER = MOTO / "moto_server"
+# moto's server with conditional writes made atomic (see that file).
+ATOMIC_SERVER = [str(MOTO / "python"), str(Path(__file__).with_name("moto_server.py"))]
 REGION = "us-east-1"
 
 
@@ -65,7 +70,7 @@ def running(log: Path) -> Iterator[S3Server]:
     port = free_port()
     with log.open("w") as out:
         process = subprocess.Popen(
-            [str(SERVER), "-H", "127.0.0.1", "-p", str(port)],
+            [*ATOMIC_SERVER, "-H", "127.0.0.1", "-p", str(port)],
             stdout=out,
             stderr=subprocess.STDOUT,
             start_new_session=True,
