@@ -25,7 +25,7 @@ from collections.abc import Iterator
 from datetime import UTC, datetime
 
 import pyarrow as pa
-from deltalake import CommitProperties, DeltaTable, write_deltalake
+from deltalake import CommitProperties, DeltaTable
 from deltalake.exceptions import CommitFailedError, DeltaError
 
 from cdc_pipeline.errors import ConcurrentWriteError
@@ -36,6 +36,8 @@ from spark_jobs.delta.reading import TABLE_PROPERTIES, open_table
 LEASE_KEY = "cdc_lease"  # commitInfo: the lease's name; with "holder" and "until" in a claim
 _SCHEMA = pa.schema([("lease", pa.string())])  # the table holds no rows: its log is the lease
 _POLL_SECONDS = 1.0
+# How far back the newest claim or release is looked for (each step commits two in a row).
+_SCAN_VERSIONS = 100
 # The longest a step holds the lease (a holder on another machine that died is waited for
 # this long), and how long another step waits for it.
 HOLD_SECONDS = 3 * 3600
@@ -66,7 +68,11 @@ def _claim(path: Location, name: str, hold: float, wait: float) -> int:
             claim = {LEASE_KEY: name, "holder": _me(), "until": str(until)}
             if _commit(table, claim):
                 return until
-            continue  # another claim or release came first: read it
+            if time.monotonic() <= deadline:
+                continue  # another claim or release came first: read it
+            raise ConcurrentWriteError(
+                f"{path}: the lease was not claimed in {wait:.0f} s: every claim lost its commit"
+            )
         if time.monotonic() > deadline:
             ends = datetime.fromtimestamp(int(holder["until"]) / 1000, UTC)
             raise ConcurrentWriteError(
@@ -89,25 +95,31 @@ def _release(path: Location, until: int) -> None:
 
 
 def _current(path: Location) -> tuple[DeltaTable, dict[str, str] | None]:
-    """The lease table (created if missing) and its newest claim; None: nobody holds it."""
+    """The lease table (created if missing) and its live claim; None: nobody holds it. The
+    newest claim or release decides, whatever else was committed after it."""
     table = _open(path)
-    info = commit_info(path, table.version()) or {}
-    if "until" not in info or int(info["until"]) <= time.time() * 1000:
-        return table, None
-    return table, {k: str(v) for k, v in info.items() if k in (LEASE_KEY, "holder", "until")}
+    for version in range(table.version(), max(table.version() - _SCAN_VERSIONS, 0), -1):
+        info = commit_info(path, version)
+        if info is None:  # cleaned up behind a checkpoint: older than any claim that lasts
+            break
+        if LEASE_KEY not in info:
+            continue
+        if "until" not in info or int(info["until"]) <= time.time() * 1000:
+            break  # a release, or a claim that has ended
+        return table, {k: str(v) for k, v in info.items() if k in (LEASE_KEY, "holder", "until")}
+    return table, None
 
 
 def _open(path: Location) -> DeltaTable:
-    """The lease table at `path`, created when there is none (two creators: one wins); a
-    damaged log is TableDamagedError naming the fix."""
+    """The lease table at `path`, created when there is none (of two creators one makes it,
+    the other's creation fails: never an append); a damaged log is TableDamagedError naming
+    the fix."""
     for _ in range(5):
         table = open_table(path)
         if table is not None:
             return table
         with contextlib.suppress(DeltaError):
-            write_deltalake(
-                str(path), _SCHEMA.empty_table(), mode="append", configuration=TABLE_PROPERTIES
-            )
+            DeltaTable.create(str(path), _SCHEMA, mode="error", configuration=TABLE_PROPERTIES)
     return DeltaTable(str(path))
 
 

@@ -3,6 +3,8 @@ waited for (then a clear error), a dead one of this machine taken over, an ended
 
 from __future__ import annotations
 
+import multiprocessing
+import os
 import socket
 import threading
 import time
@@ -20,6 +22,37 @@ def claim_by(path: Path, holder: str, until: float) -> None:
     assert _commit(
         _open(path), {LEASE_KEY: "optimize", "holder": holder, "until": str(int(until * 1000))}
     )
+
+
+def _hold_and_log(path: str, log: str, barrier: str, processes: int) -> None:
+    """A process that meets the others at `barrier`, then holds the lease for 0.2 s, logging
+    when it enters and leaves."""
+    Path(barrier, str(os.getpid())).touch()
+    while len(os.listdir(barrier)) < processes:
+        time.sleep(0.001)
+    with holding(Path(path), "optimize", wait=60):
+        with open(log, "a") as out:
+            out.write("in\n")
+        time.sleep(0.2)
+        with open(log, "a") as out:
+            out.write("out\n")
+
+
+def test_processes_starting_together_on_a_new_lease_take_turns(tmp_path: Path) -> None:
+    """Three processes released at once on a lease table none has made yet (the creators race,
+    and a creation that lost once became an append that hid a claim): never two inside."""
+    context = multiprocessing.get_context("spawn")  # delta-rs's runtime does not survive fork
+    for round_ in range(4):
+        base = tmp_path / str(round_)
+        (base / "barrier").mkdir(parents=True)
+        args = (str(base / "leases"), str(base / "log"), str(base / "barrier"), 3)
+        processes = [context.Process(target=_hold_and_log, args=args) for _ in range(3)]
+        for process in processes:
+            process.start()
+        for process in processes:
+            process.join(120)
+        assert [p.exitcode for p in processes] == [0, 0, 0]
+        assert (base / "log").read_text().split() == ["in", "out"] * 3, round_
 
 
 def test_a_live_holder_is_waited_for_then_named(tmp_path: Path) -> None:
