@@ -8,10 +8,11 @@ app transactions), so the steps that OPTIMIZE or overwrite a table that others a
 (`optimize`, `reset-staging`) hold the table's lease; other steps' rewrites are exclusive.
 
 The lease is a small Delta table of its own (`{warehouse}/{table}/leases`, no data files)
-whose newest commit says who holds it: a claim (holder, until when) or a release. A claim or a
-release is committed only as the version right after the one read, so of two claimants the
-second fails, reads the claim and waits. A holder that died leaves its claim: it is taken over
-at once when the holder was a process of this machine that no longer runs, else when it ends.
+whose newest claim (holder, until when) or release says who holds it; any other commit after
+it (an empty append of a second creator) is skipped. A claim or a release is committed only
+as the version right after the one read, so of two claimants the second fails, reads the
+claim and waits. A holder that died leaves its claim: it is taken over at once when the
+holder was a process of this machine that no longer runs, else when it ends.
 """
 
 from __future__ import annotations
@@ -84,7 +85,7 @@ def _claim(path: Location, name: str, hold: float, wait: float) -> int:
 
 
 def _release(path: Location, until: int) -> None:
-    """Release the claim that ends at `until` if it is still the newest commit (a claim that
+    """Release the claim that ends at `until` if it is still the newest claim (a claim that
     outlived its end may have been taken over: then it is not ours to release)."""
     for _ in range(5):
         table, holder = _current(path)
