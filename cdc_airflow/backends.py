@@ -77,6 +77,22 @@ class Backend(Protocol):
 
     def kill(self) -> None: ...
 
+    def may_use_object_store(self) -> bool:
+        """Whether the step may read or write object storage: else the object store's connection
+        is not looked up (in a task, a request to the API server that finds none)."""
+        ...
+
+
+def roots_on_object_store() -> bool:
+    """Whether this process's landing or warehouse root (`CDC_LANDING`, `CDC_WAREHOUSE`) is in
+    object storage; True also when one is not a valid root (the step then says what is wrong)."""
+    from cdc_pipeline.paths import ObjectPath, landing_root, warehouse_root
+
+    try:
+        return any(isinstance(root, ObjectPath) for root in (landing_root(), warehouse_root()))
+    except Exception:
+        return True
+
 
 def object_store_environment(conn_id: str = OBJECT_STORE_CONN_ID) -> dict[str, str]:
     """The AWS variables the steps, delta-rs and S3A read, from the Airflow connection `conn_id`
@@ -184,6 +200,10 @@ class ConnectBackend:
     url: str
     session: Any = None  # the step's session while it runs (what `kill` interrupts)
     tag: str | None = None
+
+    def may_use_object_store(self) -> bool:
+        """The step runs in this process: its roots are this environment's."""
+        return roots_on_object_store()
 
     def run(self, call: StepCall) -> dict[str, Any]:
         self.tag = call.tag
@@ -361,6 +381,10 @@ class SubmitBackend:
     jars: str | None = None
     conf: Mapping[str, Any] = field(default_factory=dict)
     hook: SparkSubmitHook | None = None
+
+    def may_use_object_store(self) -> bool:
+        """Always: the submitted driver may get its roots from `env_vars` or the cluster."""
+        return True
 
     def run(self, call: StepCall) -> dict[str, Any]:
         if (

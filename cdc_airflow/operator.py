@@ -114,7 +114,9 @@ class CdcStepOperator(BaseOperator, SkipMixin):
     The connection's type picks the backend (cdc_airflow.backends): `spark_connect` runs the step
     in this task process as a client of the server; `spark` spark-submits the step's module.
     The object store's credentials come from the worker's environment or, when it exists, the
-    connection `object_store_conn_id` (`cdc_object_store`); a Kafka table's client settings
+    connection `object_store_conn_id` (`cdc_object_store`), looked up only when the step may
+    use object storage (with Spark Connect: when `CDC_LANDING` or `CDC_WAREHOUSE` is one, so a
+    local deployment's task asks the API server for no connection); a Kafka table's client settings
     from the connection `kafka_conn_id` (or the worker's CDC_KAFKA_* variables without one).
     Either way the summary line is logged and the counts are returned (so, pushed to XCom). An
     interval with no landed file and no staged batch is a no-op reported without any Spark.
@@ -221,7 +223,11 @@ class CdcStepOperator(BaseOperator, SkipMixin):
         self._backend = self.backend()
         started = time.monotonic()
         try:
-            self._object_store_env = object_store_environment(self.object_store_conn_id)
+            self._object_store_env = (
+                object_store_environment(self.object_store_conn_id)
+                if self._backend.may_use_object_store()
+                else {}
+            )
             if self.kafka_conn_id is not None:
                 self._object_store_env.update(kafka_environment(self.kafka_conn_id))
             self._applied.enter_context(environment_applied(self._object_store_env))

@@ -90,6 +90,18 @@ def test_an_interval_without_landed_or_staged_files_is_a_noop_without_spark(
         }
 
 
+def test_local_roots_ask_for_no_object_store_connection(
+    workspace: Workspace, dead_server: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Landing and warehouse in local folders: the task does not look up `cdc_object_store` (in
+    a scheduler, a request to the API server that finds none), so even a connection that would
+    fail the task (a key id without its secret) is not read."""
+    monkeypatch.setenv(
+        "AIRFLOW_CONN_CDC_OBJECT_STORE", json.dumps({"conn_type": "aws", "login": "AKIA1"})
+    )
+    assert operator(workspace).execute(context())["counts"] == {"noop": "true", "files": 0}
+
+
 def test_a_server_that_is_down_is_a_retryable_error_naming_connection_and_url(
     workspace: Workspace, dead_server: str
 ) -> None:
