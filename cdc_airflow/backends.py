@@ -85,12 +85,14 @@ class Backend(Protocol):
 
 def roots_on_object_store() -> bool:
     """Whether this process's landing or warehouse root (`CDC_LANDING`, `CDC_WAREHOUSE`) is in
-    object storage; True also when one is not a valid root (the step then says what is wrong)."""
-    from cdc_pipeline.paths import ObjectPath, landing_root, warehouse_root
+    object storage; True also when one cannot be read (the step then says what is wrong)."""
+    from cdc_pipeline.errors import UsageError
+    from cdc_pipeline.paths import landing_root, warehouse_root
+    from spark_jobs.runtime.storage import is_local
 
     try:
-        return any(isinstance(root, ObjectPath) for root in (landing_root(), warehouse_root()))
-    except Exception:
+        return not all(is_local(root) for root in (landing_root(), warehouse_root()))
+    except (UsageError, OSError):  # a root of another scheme; no working directory
         return True
 
 
