@@ -5,8 +5,9 @@ The changed keys are collected once per run, on the driver as Arrow for small ch
 cached Spark frames above `overwrite_final.LOCAL_KEYS_MAX`, with the partitions the changes
 name. A key is looked for only in the final files whose key statistics (min and max of each key
 column) can hold it, so new keys above every file's range read no file, and of those files only
-the key columns are read. A few keys of one column are matched by their values, a larger set
-by a join with them (`with_keys`).
+the key columns are read; when they are few rows (UNREAD_ROWS_MAX), not even those: they are
+all replaced. A few keys of one column are matched by their values, a larger set by a join
+with them (`with_keys`).
 """
 
 from __future__ import annotations
@@ -34,6 +35,12 @@ from spark_jobs.runtime.context import StepContext
 # 0.39 s by 300 values against 0.58 s joined, the same by 3,000, 0.86 s against 0.47 s by
 # 10,000 (a Connect server, 2026-12-05).
 KEY_SET_MAX = 1_000
+# Up to this many rows in all (by the files' own counts), the files whose key ranges can hold a
+# changed key are all replaced, without the Spark query that reads their keys to find which
+# do: at this size the query costs about what rewriting such a file costs, and a file in a
+# changed key's range seldom lacks every changed key. A file replaced without one is copied
+# as it is (the same rows, a new file).
+UNREAD_ROWS_MAX = 100_000
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -78,15 +85,20 @@ def files_holding_keys(
     moved, key-only deletes) are looked for in the other partitions; new keys above every
     file's range read no file. With `partition_stable`, a key without a delete lives in the
     partition its change names: outside those partitions only deleted keys are looked for.
-    `everywhere` (a recompute after a lost commit race) looks for every key in every file, so
-    a key that some other writer left in two partitions is found in both and healed.
+    Where no key is looked for further, the candidate files of an unpartitioned table or of the
+    partitions the changes name, at most UNREAD_ROWS_MAX rows in all, are replaced without
+    reading their keys (a file among them holding no changed key is copied as it is); files of
+    other partitions are always read, so a run rewrites no partition its changes do not touch.
+    `everywhere` (a recompute after a lost commit race) looks for every key in every file, so a
+    key that some other writer left in two partitions is found in both and healed.
     """
     column, broadcast = context.table.partition_column, changed.broadcast
     files = list(final.files)
     if not files:
         return []
     if column is None or everywhere:
-        return _holding(context, final, files, changed.frame, changed.local, broadcast=broadcast)[0]
+        every_file = (context, final, files, changed.frame, changed.local)
+        return _holding(*every_file, broadcast=broadcast, unread=not everywhere)[0]
     known = changed.partitions or set()
     inside = [f for f in files if f.partition_values.get(column) in known]
     outside = [f for f in files if f.partition_values.get(column) not in known]
@@ -101,6 +113,7 @@ def files_holding_keys(
         changed.local,
         broadcast=broadcast,
         want_found=bool(outside),
+        unread=not outside,
     )
     if not outside:
         return held
@@ -126,10 +139,13 @@ def _holding(
     *,
     broadcast: bool,
     want_found: bool = False,
+    unread: bool = False,
 ) -> tuple[list[delta.DataFile], pa.Table | DataFrame | None]:
     """The `files` holding any of the keys (`local_keys`: the same keys on the driver, whose
     ranges are then checked there), and with `want_found` the keys found in them (Arrow on the
-    driver path, else a frame)."""
+    driver path, else a frame). `unread`: candidates of at most UNREAD_ROWS_MAX rows are
+    taken as they are, their keys not read (only where replacing a file that holds no changed
+    key rewrites no partition the changes do not touch)."""
     keys = list(context.table.keys)
     if local_keys is not None:
         candidates = files_in_key_ranges(files, local_keys)
@@ -139,6 +155,8 @@ def _holding(
         candidates = []
     if not candidates:
         return [], None
+    if unread and local_keys is not None and not want_found and _few_rows(candidates):
+        return candidates, None
     located = with_keys(
         delta.read_snapshot(
             context.spark, final, columns=keys, with_file_name=True, files=candidates
@@ -171,6 +189,13 @@ def _holding(
         if want_found:
             found = located.select(*keys)
     return [f for f in candidates if f.name in names], found
+
+
+def _few_rows(files: list[delta.DataFile]) -> bool:
+    """Whether `files` hold at most UNREAD_ROWS_MAX rows by their own counts (a file without
+    one: no)."""
+    counts = [f.num_records for f in files]
+    return None not in counts and sum(n or 0 for n in counts) <= UNREAD_ROWS_MAX
 
 
 def files_in_key_ranges(files: list[delta.DataFile], keys: pa.Table) -> list[delta.DataFile]:

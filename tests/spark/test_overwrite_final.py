@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from decimal import Decimal
 from typing import Any
+from unittest import mock
 
 import pytest
 
@@ -247,6 +248,97 @@ def test_an_unpartitioned_table_replaces_only_the_files_holding_a_changed_key(
     assert (applied.counts["final_version"], delta.load_snapshot(final).version) == (version,) * 2
     assert table_rows(workspace.paths("t").tombstones, ["ID"]) == [(11,), (12,)]
     assert table_rows(final, ["ID", "VALUE"]) == sorted([(1, 0), (2, 0), (10, 2)], key=repr)
+
+
+@pytest.mark.parametrize("unread", [True, False], ids=["unread", "read"])
+def test_a_file_in_a_new_keys_range_is_copied_or_kept_exactly(
+    spark, workspace: Workspace, unread: bool
+) -> None:
+    """A new key inside the key range of a small file that does not hold it: the file is
+    replaced unread (a copy of its rows, UNREAD_ROWS_MAX) or, its keys read, kept; either way
+    final holds every key once, also when the same change comes again in a later file (the
+    later arrival wins: its row replaces the first)."""
+    from spark_jobs import delta
+    from spark_jobs.overwrite import key_lookup
+
+    table = workspace.configure(SEED)["t"]
+    paths = workspace.paths("t")
+    workspace.land(
+        "t", "2024-01-01T00", "a.csv", [row("I", n, n, "2024-01-01 00:00:01") for n in (1, 3)]
+    )
+    workspace.land("t", "2024-01-01T01", "a.csv", [row("I", 2, 2, "2024-01-01 01:00:01")])
+    with mock.patch.object(
+        key_lookup, "UNREAD_ROWS_MAX", key_lookup.UNREAD_ROWS_MAX if unread else -1
+    ):
+        run(spark, workspace, table, "2024-01-01T00", "2024-01-01T01")
+        first = {f.name for f in delta.load_snapshot(paths.final).files}
+        _, applied = run(spark, workspace, table, "2024-01-01T01", "2024-01-01T02")
+        second = {f.name for f in delta.load_snapshot(paths.final).files}
+        rows_after_insert = table_rows(paths.final, ["ID", "VALUE"])
+        workspace.land("t", "2024-01-01T01", "b.csv", [row("I", 2, 2, "2024-01-01 01:00:01")])
+        staged, again = run(spark, workspace, table, "2024-01-01T01", "2024-01-01T02")
+    assert applied.counts["rows_written"] == (3 if unread else 1)
+    assert first.isdisjoint(second) if unread else first < second
+    assert rows_after_insert == [(1, 1), (2, 2), (3, 3)]
+    assert (staged.counts["new_files"], again.counts["rows_written"]) == (1, 3 if unread else 1)
+    assert table_rows(paths.final, ["ID", "VALUE", "_cdc_file"]) == [
+        (1, 1, "a.csv"),
+        (2, 2, "b.csv"),
+        (3, 3, "a.csv"),
+    ]
+
+
+def test_a_new_key_in_an_untouched_partitions_key_range_leaves_it_as_it_is(
+    spark, workspace: Workspace
+) -> None:
+    """A new key whose value lies inside the key range of a small file of another partition:
+    that file's keys are read (it holds no changed key), so its partition, which the change set
+    does not touch, keeps its files; and a key-only delete of a key final never held, inside
+    the same range, rewrites nothing."""
+    from spark_jobs import delta
+
+    table = workspace.configure(YEARLY)["orders"]
+    paths = workspace.paths("orders")
+    workspace.land(
+        "orders",
+        "2024-01-01T00",
+        "a.csv",
+        [
+            order("I", 101, 1, "01/01/2020", "1.00", "2024-01-01 00:00:00"),
+            order("I", 105, 1, "01/05/2020", "5.00", "2024-01-01 00:00:00"),
+            order("I", 201, 1, "01/01/2021", "1.00", "2024-01-01 00:00:00"),
+        ],
+    )
+    run(spark, workspace, table, "2024-01-01T00", "2024-01-01T01")
+    before = files_by_partition(paths.final, "CREATE_DATE_YEAR")
+    workspace.land(
+        "orders",
+        "2024-01-01T01",
+        "a.csv",
+        [order("I", 102, 1, "01/02/2021", "2.00", "2024-01-01 01:00:00")],  # new, in 2021
+    )
+    _, applied = run(spark, workspace, table, "2024-01-01T01", "2024-01-01T02")
+    after = files_by_partition(paths.final, "CREATE_DATE_YEAR")
+    assert (applied.counts["partitions_rewritten"], applied.counts["rows_written"]) == (1, 1)
+    assert after[2020] == before[2020] and after[2021] > before[2021]
+    version = delta.load_snapshot(paths.final).version
+    workspace.land(
+        "orders",
+        "2024-01-01T02",
+        "a.csv",
+        [order("D", 103, 1, None, None, "2024-01-01 02:00:00")],  # never held; in 101-105
+    )
+    _, deleted = run(spark, workspace, table, "2024-01-01T02", "2024-01-01T03")
+    assert (deleted.counts["final_version"], delta.load_snapshot(paths.final).version) == (
+        version,
+        version,
+    )
+    assert table_rows(paths.final, ["ORDER_ID", "CREATE_DATE_YEAR"]) == [
+        (101, 2020),
+        (102, 2021),
+        (105, 2020),
+        (201, 2021),
+    ]
 
 
 HOSTILE_VALUES = ["a b", "p=q", "c/d", "x%20y", "é", "hash#1", "q?x", "z:1", "pct%", "_x", ".y"]
@@ -699,6 +791,7 @@ def test_moved_key_lookup_reads_only_files_whose_key_range_can_hold_it(
     key range can hold it (new keys above every range read no file), and a run replaces the
     files that hold one."""
     from spark_jobs import delta
+    from spark_jobs.overwrite import key_lookup
     from spark_jobs.overwrite.key_lookup import ChangedKeys, files_holding_keys, files_that_may_hold
 
     table = workspace.configure(YEARLY)["orders"]
@@ -748,6 +841,19 @@ def test_moved_key_lookup_reads_only_files_whose_key_range_can_hold_it(
     for on_driver in (False, True):
         found = files_holding_keys(ctx, final, changed(202, 103, 999, on_driver=on_driver))
         assert years(found) == {2020, 2021}
+    # Keys no file outside 2020 can hold: its file (3 rows) is taken without a Spark job to
+    # read its keys, unless UNREAD_ROWS_MAX says it is too large. (The key is composite: a
+    # lookup is two jobs, the keys' broadcast and the scan.)
+    for unread, jobs_wanted in ((key_lookup.UNREAD_ROWS_MAX, 0), (2, 2)):
+        group = f"lookup-unread-{unread}"
+        spark.sparkContext.setJobGroup(group, group)
+        try:
+            with mock.patch.object(key_lookup, "UNREAD_ROWS_MAX", unread):
+                found = files_holding_keys(ctx, final, changed(102, 150, on_driver=True))
+            jobs = spark.sparkContext.statusTracker().getJobIdsForGroup(group)
+        finally:
+            spark.sparkContext.setLocalProperty("spark.jobGroup.id", None)  # type: ignore[arg-type]
+        assert (years(found), len(jobs)) == ({2020}, jobs_wanted), unread
     # With the keys on the driver, when no file's key range can hold any key (999 is in none),
     # no Spark job runs at all.
     spark.sparkContext.setJobGroup("lookup-probe", "lookup-probe")

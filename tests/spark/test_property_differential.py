@@ -30,6 +30,7 @@ from hypothesis import strategies as st
 
 from cdc_pipeline.paths import TablePaths
 from spark_jobs import overwrite_final
+from spark_jobs.overwrite import key_lookup
 from spark_jobs.runtime.report import StepReport
 from spark_jobs.staging import readers
 from tests.helpers import Workspace, table_rows
@@ -315,10 +316,12 @@ def test_streams_ranked_over_many_tasks_match_the_model(spark, scenario: Scenari
     """The same with every step taking the way of a change set too large for one task: stage
     persists the typed rows in Spark's cache (not brought to the driver) and reads them in
     several tasks, and overwrite-final ranks them spread over tasks (a shuffle by key before
-    it, one by partition after it). These small ones otherwise take the one-task ways."""
+    it, one by partition after it) and reads the keys of every file it may replace. These
+    small ones otherwise take the one-task ways and replace such files unread."""
     with (
         mock.patch.object(overwrite_final, "ONE_TASK_ROWS", -1),
         mock.patch.object(readers, "ONE_TASK_BYTES", -1),
+        mock.patch.object(key_lookup, "UNREAD_ROWS_MAX", -1),
     ):
         check_against_model(spark, scenario, CONFIG)
 
