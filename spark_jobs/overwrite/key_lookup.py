@@ -25,6 +25,7 @@ from pyspark.sql.types import StringType, StructField, StructType
 
 from cdc_pipeline.columns import quoted
 from spark_jobs import delta
+from spark_jobs.overwrite.final_table import fits_one_task
 from spark_jobs.rules.transforms import FLAG, persisted, unpersist_quietly
 from spark_jobs.runtime.context import StepContext
 
@@ -155,7 +156,8 @@ def _holding(
         candidates = []
     if not candidates:
         return [], None
-    if unread and local_keys is not None and not want_found and _few_rows(candidates):
+    may_skip = unread and local_keys is not None and not want_found
+    if may_skip and fits_one_task(0, candidates, limit=UNREAD_ROWS_MAX):
         return candidates, None
     located = with_keys(
         delta.read_snapshot(
@@ -189,13 +191,6 @@ def _holding(
         if want_found:
             found = located.select(*keys)
     return [f for f in candidates if f.name in names], found
-
-
-def _few_rows(files: list[delta.DataFile]) -> bool:
-    """Whether `files` hold at most UNREAD_ROWS_MAX rows by their own counts (a file without
-    one: no)."""
-    counts = [f.num_records for f in files]
-    return None not in counts and sum(n or 0 for n in counts) <= UNREAD_ROWS_MAX
 
 
 def files_in_key_ranges(files: list[delta.DataFile], keys: pa.Table) -> list[delta.DataFile]:
